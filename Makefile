@@ -1,0 +1,39 @@
+# distrl: make help lists the targets.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install train test test-slow lint bench clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install "$(TORCH)"
+	$(BIN)/pip install -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with dev extras
+
+train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
+	$(BIN)/distrl train $(ARGS)
+
+test: $(STAMP) ## the fast test suite (a few minutes on 2 CPU cores)
+	$(BIN)/python -m pytest $(ARGS)
+
+test-slow: $(STAMP) ## only the long tests
+	$(BIN)/python -m pytest -m slow $(ARGS)
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check distrl tests scripts
+
+bench: $(STAMP) ## throughput benchmark (scripts/bench.py); add ARGS="env=atari ..."
+	$(BIN)/python scripts/bench.py $(ARGS)
+
+clean: ## remove the venv and build files (keeps outputs/)
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,8 @@
+"""``python -m distrl`` is the ``distrl`` command."""
+
+import sys
+
+from distrl.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

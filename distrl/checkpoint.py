@@ -1,0 +1,133 @@
+"""Checkpoints: atomic save, safe load, rotation.
+
+A checkpoint is a dict of tensors and plain Python values, so it loads with
+``torch.load(weights_only=True)`` and never needs unpickling:
+
+``distrl_version``, ``model`` (learner state_dict), ``optimizer``,
+``scheduler``, ``agent_steps``, ``frames``, ``updates``,
+``last_eval_step``, ``last_save_step``, ``best_eval_return``, ``config``
+(the resolved config as a plain container), ``rng`` (torch, numpy and
+Python RNG states as tensors/lists), ``obs_shape``, ``num_actions``.
+
+Layout in a run directory: ``checkpoints/step_<12-digit agent steps>.pt``,
+``latest.pt`` and ``best.pt``. Every file is written to a temporary name in
+the same directory, fsynced and renamed into place, so a kill at any moment
+leaves the previous file intact.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STEP_FILE = re.compile(r"^step_(\d{12})\.pt$")
+REQUIRED_KEYS = ("distrl_version", "model", "config", "agent_steps")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint path cannot be used; the message names the path and the problem."""
+
+
+def rng_state() -> dict[str, Any]:
+    """Torch, numpy and Python RNG states as tensors and lists (weights_only-safe)."""
+    bit_gen = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy_keys": torch.from_numpy(bit_gen[1].astype(np.int64)),
+        "numpy_pos": int(bit_gen[2]),
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(("MT19937", state["numpy_keys"].numpy().astype(np.uint32), state["numpy_pos"], 0, 0.0))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _atomic_alias(source: Path, alias: Path) -> None:
+    """Make ``alias`` a copy of ``source`` atomically (a hard link when the filesystem allows)."""
+    tmp = alias.with_name(f".{alias.name}.tmp{os.getpid()}")
+    try:
+        os.link(source, tmp)
+    except OSError:
+        with open(source, "rb") as src, open(tmp, "wb") as dst:
+            dst.write(src.read())
+            dst.flush()
+            os.fsync(dst.fileno())
+    os.replace(tmp, alias)
+
+
+def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, keep: int, best: bool = False) -> Path:
+    """Write ``step_<agent_steps>.pt``, point ``latest.pt`` (and ``best.pt`` if ``best``) at it,
+    and delete all but the newest ``keep`` step files.
+
+    Returns:
+        The path of the step file.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step_{state['agent_steps']:012d}.pt"
+    _atomic_torch_save(state, path)
+    _atomic_alias(path, directory / "latest.pt")
+    if best:
+        _atomic_alias(path, directory / "best.pt")
+    step_files = sorted(p for p in directory.iterdir() if STEP_FILE.match(p.name))
+    for old in step_files[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def save_best(state: dict[str, Any], directory: str | os.PathLike) -> Path:
+    """Write ``best.pt`` alone (used when an evaluation beats the best so far)."""
+    path = Path(directory) / "best.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_torch_save(state, path)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a distrl checkpoint with ``torch.load(weights_only=True)`` only.
+
+    Raises:
+        CheckpointError: the path is missing or not a file, the file is truncated or
+            not a torch file, it holds pickled objects, or it is not a distrl checkpoint.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a file")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: refused, it holds pickled objects that weights_only loading does not allow "
+            f"({first_line[:200]})"
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint (truncated or corrupt): "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+        raise CheckpointError(f"{path}: not a distrl checkpoint (needs keys {', '.join(REQUIRED_KEYS)})")
+    return state

@@ -1,0 +1,278 @@
+"""Typed schema of the config tree and ``validate(cfg)``.
+
+The dataclasses are stored in Hydra's ``ConfigStore`` and used as the base of
+``conf/train.yaml`` and of each config group option, so a misspelt key or a
+string where a number belongs fails at compose time with the key's name.
+``validate`` then checks the values that a type cannot express (ranges, env
+ids, devices) and raises :class:`ConfigError` with the key and the allowed
+values, before any process is started.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A config value is not allowed; the message names the key and what is allowed."""
+
+
+@dataclass
+class AtariEnvConfig:
+    """ALE Atari with Machado et al. (2018) preprocessing; see conf/env/atari.yaml."""
+
+    kind: str = "atari"
+    id: str = "ALE/Pong-v5"
+    backend: str = "vector"  # vector: ale-py AtariVectorEnv | gymnasium: wrapper path
+    repeat_action_probability: float = 0.25
+    frameskip: int = 4
+    noop_max: int = 30
+    frame_stack: int = 4
+    img_size: int = 84
+    episodic_life: bool = False
+    full_action_space: bool = False
+    use_fire_reset: bool = False
+    max_episode_steps: int = 27000  # agent steps (= 108,000 frames at frameskip 4)
+
+
+@dataclass
+class GymEnvConfig:
+    """Any registered Gymnasium id with a flat observation; see conf/env/cartpole.yaml."""
+
+    kind: str = "gym"
+    id: str = "CartPole-v1"
+    max_episode_steps: Optional[int] = None  # None: the id's registered limit
+
+
+@dataclass
+class AgentConfig:
+    """IMPALA hyperparameters (Espeholt et al. 2018, Table G.1 for Atari)."""
+
+    name: str = "impala"
+    lr: float = 6e-4
+    alpha: float = 0.99  # RMSProp decay
+    eps: float = 0.01  # RMSProp epsilon
+    momentum: float = 0.0
+    entropy_cost: float = 0.01
+    baseline_cost: float = 0.5
+    discount: float = 0.99
+    reward_clip: Optional[float] = 1.0  # rewards clipped to [-x, x] in the loss; null: no clipping
+    rho_bar: float = 1.0
+    c_bar: float = 1.0
+    max_grad_norm: float = 40.0
+
+
+@dataclass
+class ModelConfig:
+    """Network: encoder, optional LSTM core, policy and baseline heads."""
+
+    encoder: str = "nature_cnn"  # nature_cnn | impala_resnet | mlp
+    feature_dim: int = 512
+    hidden_dim: int = 64
+    init_fn: str = "orthogonal"  # orthogonal | xavier_uniform | default
+    use_lstm: bool = False
+
+
+@dataclass
+class TrainBlock:
+    """Schedule of a run; every step count and interval is in agent steps."""
+
+    num_train_steps: int = 10_000_000
+    init_model_path: Optional[str] = None
+    log_interval: int = 20_000
+    eval_interval: int = 500_000
+    save_interval: int = 500_000
+    num_eval_episodes: int = 10
+    keep_checkpoints: int = 5
+    th_compile: bool = False
+
+
+@dataclass
+class TrainConfig:
+    """Top level of ``conf/train.yaml``; names follow the seed API."""
+
+    env: Any = MISSING
+    agent: AgentConfig = MISSING
+    model: ModelConfig = MISSING
+    train: TrainBlock = field(default_factory=TrainBlock)
+    tag: str = ""
+    seed: int = 1
+    device: str = "auto"
+    num_steps: int = 80  # unroll length T
+    num_actors: Any = "auto"  # int >= 1, or auto: one per core
+    num_learners: int = 1
+    num_storages: Any = "auto"  # int, or auto: 2 x environments stepping at once + batch_size
+    batch_size: int = 8  # B
+    envs_per_actor: int = 8
+    learner_threads: Any = "auto"  # torch threads of the learner; auto: the cores left by actors
+    log_level: str = "INFO"
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore and register the ``distrl_tag`` resolver (idempotent)."""
+    OmegaConf.register_new_resolver("distrl_tag", lambda tag: f"_{tag}" if tag else "", replace=True)
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="env", name="atari_schema", node=AtariEnvConfig)
+    cs.store(group="env", name="gym_schema", node=GymEnvConfig)
+    cs.store(group="agent", name="impala_schema", node=AgentConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+
+
+ENCODERS = ("nature_cnn", "impala_resnet", "mlp")
+INIT_FNS = ("orthogonal", "xavier_uniform", "default")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (the affinity mask, not the machine total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _positive_int(cfg: DictConfig, key: str) -> None:
+    value = cfg_select(cfg, key)
+    _check(isinstance(value, int) and value > 0, key, value, "must be an integer >= 1")
+
+
+def cfg_select(cfg: DictConfig, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _auto_or_positive_int(value: Any, key: str) -> None:
+    _check(
+        value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
+        key, value, "'auto' or an integer >= 1",
+    )
+
+
+def resolve_num_actors(cfg: DictConfig) -> int:
+    """``num_actors`` as an int: ``auto`` is one actor process per available core."""
+    return cpu_count() if cfg.num_actors == "auto" else int(cfg.num_actors)
+
+
+def resolve_num_storages(cfg: DictConfig) -> int:
+    """``num_storages`` as an int: ``auto`` is 2 x the environments stepping at once + B."""
+    if cfg.num_storages != "auto":
+        return int(cfg.num_storages)
+    return 2 * resolve_num_actors(cfg) * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
+
+
+def resolve_device(name: str):
+    """``device`` as a ``torch.device``: ``auto`` is ``cuda`` when available, else ``cpu``.
+
+    Raises:
+        ConfigError: unknown device string, or CUDA asked for but unavailable.
+    """
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r} is not allowed: auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={name!r} is not allowed: auto, cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={name!r} is not allowed: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device={name!r} is not allowed: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    return device
+
+
+def validate_env(env: DictConfig) -> None:
+    """Check an env config: a known id and sane preprocessing values.
+
+    Raises:
+        ConfigError: naming ``env.<key>``.
+    """
+    from distrl.envs import known_env_id_error
+
+    _check(env.kind in ("atari", "gym"), "env.kind", env.kind, "atari or gym")
+    problem = known_env_id_error(env.kind, env.id)
+    if problem:
+        raise ConfigError(f"env.id={env.id!r} is not allowed: {problem}")
+    if env.kind == "atari":
+        _check(env.backend in ("vector", "gymnasium"), "env.backend", env.backend, "vector or gymnasium")
+        _check(not (env.use_fire_reset and env.backend == "gymnasium"), "env.use_fire_reset",
+               env.use_fire_reset, "false with env.backend=gymnasium (only the vector backend has it)")
+        _check(0.0 <= env.repeat_action_probability <= 1.0, "env.repeat_action_probability",
+               env.repeat_action_probability, "a probability in [0, 1]")
+        for key in ("frameskip", "frame_stack", "img_size", "max_episode_steps"):
+            _check(env[key] >= 1, f"env.{key}", env[key], "must be an integer >= 1")
+        _check(env.noop_max >= 0, "env.noop_max", env.noop_max, "must be an integer >= 0")
+    elif env.max_episode_steps is not None:
+        _check(env.max_episode_steps >= 1, "env.max_episode_steps", env.max_episode_steps,
+               "null or an integer >= 1")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check every value of a composed train config.
+
+    Raises:
+        ConfigError: the first bad value, naming its key and what is allowed.
+    """
+    validate_env(cfg.env)
+    resolve_device(cfg.device)
+    _auto_or_positive_int(cfg.num_actors, "num_actors")
+    _auto_or_positive_int(cfg.num_storages, "num_storages")
+    _auto_or_positive_int(cfg.learner_threads, "learner_threads")
+    for key in ("num_steps", "num_learners", "batch_size", "envs_per_actor",
+                "train.num_train_steps", "train.log_interval", "train.eval_interval",
+                "train.save_interval", "train.keep_checkpoints"):
+        _positive_int(cfg, key)
+    value = cfg.train.num_eval_episodes
+    _check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
+    _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
+
+    stepping = resolve_num_actors(cfg) * cfg.envs_per_actor
+    num_storages = resolve_num_storages(cfg)
+    need = max(cfg.batch_size, stepping + 1)
+    _check(
+        num_storages >= need, "num_storages", num_storages,
+        f"must be >= batch_size ({cfg.batch_size}) and > num_actors x envs_per_actor "
+        f"({stepping}, the environments stepping at once): use at least {need}",
+    )
+
+    agent = cfg.agent
+    for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
+        _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
+    for key in ("entropy_cost", "baseline_cost", "momentum"):
+        _check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")
+    _check(0 <= agent.discount <= 1, "agent.discount", agent.discount, "a number in [0, 1]")
+    _check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
+    _check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
+           agent.reward_clip, "null or a number > 0")
+
+    model = cfg.model
+    _check(model.encoder in ENCODERS, "model.encoder", model.encoder, ", ".join(ENCODERS))
+    _check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
+    for key in ("feature_dim", "hidden_dim"):
+        _positive_int(model, key)
+    image_env = cfg.env.kind == "atari"
+    _check(
+        (model.encoder != "mlp") == image_env, "model.encoder", model.encoder,
+        "nature_cnn or impala_resnet for image observations (env=atari), mlp for flat ones",
+    )
+    path = cfg.train.init_model_path
+    _check(path is None or os.path.isfile(path), "train.init_model_path", path,
+           "null or the path of an existing checkpoint file")

@@ -1,0 +1,179 @@
+"""The actor process loop.
+
+Each actor steps ``envs_per_actor`` environments with one batched forward
+pass of the shared-memory actor model per step and writes each
+environment's unroll into its own storage slot. It uses one torch thread,
+never touches CUDA, ignores SIGINT (the trainer stops it through
+``stop_event``), exits when its parent is gone, and returns the slots it
+holds to the free queue on the way out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+
+
+@dataclass
+class ActorContext:
+    """Everything an actor process needs, as picklable plain values and shared objects.
+
+    Attributes:
+        env_cfg: the ``env`` config node as a plain dict (no Hydra objects in children).
+        num_steps: unroll length T.
+        num_envs: environments stepped by this actor.
+        seed: seed of this actor's first environment; the others take the next ones.
+        model: the shared-memory actor copy of the network (``ActorCritic``).
+        buffers: the storages' shared tensors.
+        free_queue, full_queue: slot index queues.
+        episode_queue: where finished episodes go as ``(actor_id, return, length)``.
+        error_queue: where an exception goes as ``(actor_id, traceback text)``.
+        stop_event: set by the trainer to stop.
+        policy_version: shared counter of learner updates.
+        parent_pid: the trainer's pid; the actor exits when it is gone.
+        log_level: logging level name for this process.
+    """
+
+    env_cfg: dict
+    num_steps: int
+    num_envs: int
+    seed: int
+    model: Any
+    buffers: dict
+    free_queue: Any
+    full_queue: Any
+    episode_queue: Any
+    error_queue: Any
+    stop_event: Any
+    policy_version: Any
+    parent_pid: int
+    log_level: str = "INFO"
+
+
+class _Stopped(Exception):
+    pass
+
+
+def run_actor(actor_id: int, ctx: ActorContext) -> None:
+    """Process entry point: run :func:`act` and report any exception on ``error_queue``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=ctx.log_level, format=f"[%(asctime)s][actor {actor_id}][%(levelname)s] %(message)s")
+    torch.set_num_threads(1)
+    held: list[int] = []
+    try:
+        act(actor_id, ctx, held)
+    except _Stopped:
+        pass
+    except Exception:
+        ctx.error_queue.put((actor_id, traceback.format_exc()))
+        raise SystemExit(1) from None
+    finally:
+        for index in held:
+            ctx.free_queue.put(index)
+        ctx.free_queue.close()
+        ctx.full_queue.close()
+        ctx.free_queue.join_thread()
+        ctx.full_queue.join_thread()
+
+
+def _should_stop(ctx: ActorContext) -> bool:
+    return ctx.stop_event.is_set() or os.getppid() != ctx.parent_pid
+
+
+def _take_slots(ctx: ActorContext, held: list[int]) -> torch.Tensor:
+    while len(held) < ctx.num_envs:
+        if _should_stop(ctx):
+            raise _Stopped
+        try:
+            held.append(ctx.free_queue.get(timeout=POLL_SECONDS))
+        except queue.Empty:
+            continue
+    return torch.as_tensor(held, dtype=torch.int64)
+
+
+def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
+    """Fill storage slots with unrolls until stopped.
+
+    ``held`` is kept equal to the slot indices this actor owns, so the caller
+    can return them on any exit.
+    """
+    from omegaconf import OmegaConf
+
+    from distrl.envs import final_observations, make_vector_env
+
+    env_cfg = OmegaConf.create(ctx.env_cfg)
+    n, T, model, buf = ctx.num_envs, ctx.num_steps, ctx.model, ctx.buffers
+    env = make_vector_env(env_cfg, n, num_threads=1)
+    try:
+        obs_np, _ = env.reset(seed=ctx.seed)
+        obs = torch.from_numpy(np.asarray(obs_np))
+        first = torch.ones(n, dtype=torch.bool)
+        core = model.initial_state(n)
+        core_before = core
+        out, core = model.act(obs, first, core)
+        episode_return = np.zeros(n, dtype=np.float64)
+        episode_length = np.zeros(n, dtype=np.int64)
+
+        while True:
+            slots = _take_slots(ctx, held)
+            buf["policy_version"][slots] = ctx.policy_version.value
+            if core_before:
+                buf["core_h"][slots] = core_before[0].transpose(0, 1)
+                buf["core_c"][slots] = core_before[1].transpose(0, 1)
+            _write_row(buf, slots, 0, obs, first, out)
+            for t in range(T):
+                obs_np, reward, terminated, truncated, info = env.step(out["action"].numpy())
+                ended = terminated | truncated
+                buf["reward"][slots, t] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+                buf["terminated"][slots, t] = torch.from_numpy(terminated)
+                buf["truncated"][slots, t] = torch.from_numpy(truncated)
+                if truncated.any():
+                    value = np.zeros(n, dtype=np.float32)
+                    index = np.flatnonzero(truncated)
+                    final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
+                    sub_core = tuple(s[:, index] for s in core)
+                    value[index] = model.act(final, torch.zeros(len(index), dtype=torch.bool), sub_core)[0][
+                        "baseline"].numpy()
+                    buf["truncation_value"][slots, t] = torch.from_numpy(value)
+                else:
+                    buf["truncation_value"][slots, t] = 0.0
+
+                episode_return += reward
+                episode_length += 1
+                for i in np.flatnonzero(ended):
+                    ctx.episode_queue.put((actor_id, float(episode_return[i]), int(episode_length[i])))
+                episode_return[ended] = 0.0
+                episode_length[ended] = 0
+
+                obs = torch.from_numpy(np.asarray(obs_np))
+                first = torch.from_numpy(ended)
+                core_before = core
+                out, core = model.act(obs, first, core)
+                _write_row(buf, slots, t + 1, obs, first, out)
+            for index in held:
+                ctx.full_queue.put(index)
+            held.clear()
+            if _should_stop(ctx):
+                raise _Stopped
+    finally:
+        env.close()
+
+
+def _write_row(buf: dict, slots: torch.Tensor, t: int, obs, first, out) -> None:
+    buf["obs"][slots, t] = obs
+    buf["first"][slots, t] = first
+    buf["action"][slots, t] = out["action"]
+    buf["policy_logits"][slots, t] = out["policy_logits"]
+    buf["baseline"][slots, t] = out["baseline"]

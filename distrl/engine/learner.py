@@ -1,0 +1,176 @@
+"""One learner update (batch -> V-trace loss -> optimizer step -> publish) and the learner thread.
+
+The loss is IMPALA's (Espeholt et al. 2018, Section 4.2): policy gradient
+with V-trace advantages, ``baseline_cost`` x the squared error to the
+V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, summed
+over ``T x B``. Rewards are clipped to ``[-reward_clip, reward_clip]`` in the
+loss only. The learning rate decays linearly to 0 over ``num_train_steps``
+agent steps, ``T x B`` per update.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+from omegaconf import DictConfig
+
+from distrl import vtrace
+from distrl.engine.storage import RolloutStorage
+from distrl.policy import DistributedActorLearner
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.5
+
+
+def make_optimizer(policy: DistributedActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
+    """RMSProp over the learner copy (IMPALA Table G.1: alpha 0.99, eps 0.01, momentum 0)."""
+    return torch.optim.RMSprop(
+        policy.learner.parameters(), lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum
+    )
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_train_steps: int):
+    """Linear decay of the learning rate to 0 at ``num_train_steps`` agent steps.
+
+    The scheduler counts updates; each consumes ``steps_per_update = T x B`` agent steps.
+    """
+    def factor(updates: int) -> float:
+        return max(0.0, 1.0 - updates * steps_per_update / num_train_steps)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Learner:
+    """Runs IMPALA updates on the learner copy and publishes weights to the actors.
+
+    Args:
+        policy: the actor/learner pair; its learner copy is on ``device``.
+        optimizer, scheduler: from :func:`make_optimizer` / :func:`make_scheduler`.
+        agent: the ``agent`` config node.
+        device: the learner copy's device.
+        compile: wrap the learner network in ``torch.compile``.
+    """
+
+    def __init__(self, policy: DistributedActorLearner, optimizer, scheduler, agent: DictConfig,
+                 device: torch.device, compile: bool = False):
+        self.policy = policy
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.agent = agent
+        self.device = device
+        self.network = torch.compile(policy.learner) if compile else policy.learner
+        self.lock = threading.Lock()
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One optimizer step on a ``[T+1, B]`` batch from :meth:`RolloutStorage.gather`.
+
+        Returns:
+            ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate"}`` as floats;
+            ``learning_rate`` is the rate this step used.
+        """
+        agent = self.agent
+        with self.lock:
+            core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
+            logits, baseline, _ = self.network(batch["obs"], batch["first"], core)
+            bootstrap_value = baseline[-1]
+            logits, baseline = logits[:-1], baseline[:-1]
+            rewards = batch["reward"][:-1]
+            if agent.reward_clip is not None:
+                rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
+            actions = batch["action"][:-1]
+            targets = vtrace.vtrace_from_logits(
+                behaviour_logits=batch["policy_logits"][:-1],
+                target_logits=logits,
+                actions=actions,
+                rewards=rewards,
+                terminated=batch["terminated"][:-1],
+                truncated=batch["truncated"][:-1],
+                values=baseline,
+                bootstrap_value=bootstrap_value,
+                truncation_values=batch["truncation_value"][:-1],
+                discount=agent.discount,
+                rho_bar=agent.rho_bar,
+                c_bar=agent.c_bar,
+            )
+            pg_loss = vtrace.policy_gradient_loss(logits, actions, targets.pg_advantages)
+            value_loss = vtrace.baseline_loss(targets.vs - baseline)
+            entropy_loss = vtrace.entropy_loss(logits)
+            total = pg_loss + agent.baseline_cost * value_loss + agent.entropy_cost * entropy_loss
+
+            learning_rate = self.optimizer.param_groups[0]["lr"]
+            self.optimizer.zero_grad(set_to_none=True)
+            total.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.policy.publish()
+        return {
+            "total": total.item(),
+            "policy": pg_loss.item(),
+            "value": value_loss.item(),
+            "entropy": entropy_loss.item(),
+            "grad_norm": grad_norm.item(),
+            "learning_rate": learning_rate,
+        }
+
+
+@dataclass
+class LearnerStats:
+    """Counters shared by the learner threads and read by the trainer's schedule.
+
+    ``agent_steps`` are consumed agent steps (``T x B`` per update).
+    """
+
+    agent_steps: int = 0
+    updates: int = 0
+    last: dict = field(default_factory=dict)
+    policy_lag: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def run_learner_thread(learner: Learner, storage: RolloutStorage, batch_size: int, steps_per_update: int,
+                       num_train_steps: int, stats: LearnerStats, policy_version, stop: threading.Event,
+                       errors: list) -> None:
+    """Loop: take ``B`` full slots, gather the batch, free the slots, update, until the budget is spent.
+
+    Every wait polls ``stop``, so the thread never blocks forever. An exception
+    is appended to ``errors`` and sets ``stop``.
+    """
+    held: list[int] = []
+    try:
+        while not stop.is_set():
+            with stats.lock:
+                if stats.agent_steps >= num_train_steps:
+                    return
+            while len(held) < batch_size and not stop.is_set():
+                try:
+                    held.append(storage.full_queue.get(timeout=POLL_SECONDS))
+                except queue.Empty:
+                    continue
+            if stop.is_set():
+                return
+            batch = storage.gather(held, learner.device)
+            for index in held:
+                storage.free_queue.put(index)
+            held.clear()
+            start = time.perf_counter()
+            losses = learner.update(batch)
+            with stats.lock:
+                lag = stats.updates - batch["policy_version"].float().mean().item()
+                stats.updates += 1
+                stats.agent_steps += steps_per_update
+                policy_version.value = stats.updates
+                stats.policy_lag = lag
+                stats.last = {**losses, "update_seconds": time.perf_counter() - start}
+    except Exception as exc:  # reported by the trainer, which stops everything
+        errors.append(exc)
+        stop.set()
+    finally:
+        for index in held:
+            storage.free_queue.put(index)

@@ -1,0 +1,35 @@
+"""Any registered Gymnasium id with a flat (vector) observation, e.g. CartPole-v1."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from omegaconf import DictConfig
+
+
+def id_error(env_id: str) -> str | None:
+    """Why ``env_id`` is not a usable Gymnasium id for this env kind, or None."""
+    if env_id not in gym.registry:
+        return "not a registered Gymnasium id (e.g. CartPole-v1, Acrobot-v1, LunarLander-v3)"
+    if "game" in gym.spec(env_id).kwargs:
+        return "an ALE Atari id: use env=atari env.id=" + env_id
+    return None
+
+
+def make_vector_env(cfg: DictConfig, num_envs: int):
+    """``num_envs`` copies of ``cfg.id`` in a synchronous ``SameStep`` vector env.
+
+    Raises:
+        ValueError: the id has a non-discrete action space.
+    """
+    kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
+    env = gym.vector.SyncVectorEnv(
+        [lambda: gym.wrappers.DtypeObservation(gym.make(cfg.id, **kwargs), np.float32)
+         for _ in range(num_envs)],
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    if not isinstance(env.single_action_space, gym.spaces.Discrete):
+        env.close()
+        raise ValueError(f"env.id={cfg.id!r}: only discrete action spaces are supported")
+    return env

@@ -1,0 +1,269 @@
+"""The IMPALA network and ``DistributedActorLearner``, its actor and learner copies.
+
+Encoders: the Nature CNN (Mnih et al. 2015, "Human-level control through
+deep RL", Methods), the IMPALA ResNet (Espeholt et al. 2018, Fig. 3, right)
+and an MLP for flat observations; an optional LSTM core; a policy head
+(logits over the discrete actions) and a baseline head (state value).
+
+This module knows nothing of processes: the actor copy lives on the CPU in
+shared memory and is read by actor processes; the learner copy lives on the
+training device and is published into the actor copy after each update.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import nn
+
+CoreState = tuple[torch.Tensor, ...]
+
+
+class NatureCNN(nn.Module):
+    """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int):
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(obs.float() / 255.0))
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class ImpalaResNet(nn.Module):
+    """``[N, C, H, W] uint8`` -> ``[N, feature_dim]`` (Espeholt et al. 2018, Fig. 3)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, channels=(16, 32, 32)):
+        super().__init__()
+        layers: list[nn.Module] = []
+        in_channels = obs_shape[0]
+        for out_channels in channels:
+            layers += [
+                nn.Conv2d(in_channels, out_channels, 3, padding=1),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                _ResidualBlock(out_channels),
+                _ResidualBlock(out_channels),
+            ]
+            in_channels = out_channels
+        layers += [nn.ReLU(), nn.Flatten()]
+        self.convs = nn.Sequential(*layers)
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(obs.float() / 255.0))
+
+
+class MLP(nn.Module):
+    """``[N, D] float32`` -> ``[N, feature_dim]``: two tanh layers of ``hidden_dim``."""
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, hidden_dim: int):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(math.prod(obs_shape), hidden_dim), nn.Tanh(),
+            nn.Linear(hidden_dim, feature_dim), nn.Tanh(),
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float())
+
+
+def make_encoder(obs_shape: tuple[int, ...], cfg: DictConfig) -> nn.Module:
+    """The encoder named by ``cfg.encoder`` (nature_cnn | impala_resnet | mlp).
+
+    Raises:
+        ValueError: unknown encoder name, or an image encoder on non-image observations.
+    """
+    if cfg.encoder in ("nature_cnn", "impala_resnet") and len(obs_shape) != 3:
+        raise ValueError(f"model.encoder={cfg.encoder} needs [C, H, W] observations, got {obs_shape}")
+    if cfg.encoder == "nature_cnn":
+        return NatureCNN(obs_shape, cfg.feature_dim)
+    if cfg.encoder == "impala_resnet":
+        return ImpalaResNet(obs_shape, cfg.feature_dim)
+    if cfg.encoder == "mlp":
+        return MLP(obs_shape, cfg.feature_dim, cfg.hidden_dim)
+    raise ValueError(f"model.encoder={cfg.encoder!r}: use nature_cnn, impala_resnet or mlp")
+
+
+def init_weights(module: nn.Module, init_fn: str) -> None:
+    """Initialise Linear/Conv layers: orthogonal (gain sqrt 2), xavier_uniform, or default."""
+    if init_fn == "default":
+        return
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            if init_fn == "orthogonal":
+                nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
+            else:
+                nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class ActorCritic(nn.Module):
+    """Encoder -> (LSTM) -> policy logits and baseline, over a ``[T, B]`` unroll.
+
+    Args:
+        obs_shape: one observation's shape.
+        num_actions: number of discrete actions A.
+        cfg: the ``model`` config node.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig):
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+        self.num_actions = num_actions
+        self.encoder = make_encoder(self.obs_shape, cfg)
+        self.core = nn.LSTM(cfg.feature_dim, cfg.feature_dim) if cfg.use_lstm else None
+        self.policy = nn.Linear(cfg.feature_dim, num_actions)
+        self.baseline = nn.Linear(cfg.feature_dim, 1)
+        init_weights(self, cfg.init_fn)
+        if cfg.init_fn == "orthogonal":
+            nn.init.orthogonal_(self.policy.weight, gain=0.01)
+            nn.init.orthogonal_(self.baseline.weight, gain=1.0)
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        """Zero LSTM state ``(h, c)``, each ``[1, B, feature_dim]``; ``()`` without LSTM."""
+        if self.core is None:
+            return ()
+        size = (1, batch_size, self.core.hidden_size)
+        return tuple(torch.zeros(size, device=self.policy.weight.device) for _ in range(2))
+
+    def forward(
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = ()
+    ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
+        """Policy logits and baseline over an unroll.
+
+        Args:
+            obs: ``[T, B, *obs_shape]`` (uint8 images or float32 vectors).
+            first: ``[T, B] bool``, True where ``obs[t]`` starts a new episode; the
+                LSTM state is zeroed before that step. Unused without LSTM.
+            core_state: LSTM state at ``t = 0`` (``initial_state``), or ``()``.
+
+        Returns:
+            ``logits [T, B, A] float32``, ``baseline [T, B] float32``, the core state after step T-1.
+        """
+        T, B = obs.shape[:2]
+        features = self.encoder(obs.reshape(T * B, *self.obs_shape))
+        if self.core is not None:
+            features = features.view(T, B, -1)
+            outputs = []
+            keep = (~first).float().unsqueeze(-1)  # [T, B, 1]
+            for t in range(T):
+                core_state = tuple(keep[t].unsqueeze(0) * s for s in core_state)
+                out, core_state = self.core(features[t].unsqueeze(0), core_state)
+                outputs.append(out)
+            features = torch.cat(outputs).view(T * B, -1)
+        logits = self.policy(features).view(T, B, self.num_actions)
+        baseline = self.baseline(features).view(T, B)
+        return logits, baseline, core_state
+
+    @torch.no_grad()
+    def act(
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False
+    ) -> tuple[dict[str, torch.Tensor], CoreState]:
+        """One step for ``B`` environments: ``obs [B, *obs_shape]``, ``first [B] bool``.
+
+        Returns:
+            ``{"action": [B] int64, "policy_logits": [B, A], "baseline": [B]}`` and the new core state.
+            Actions are sampled from the policy, or its argmax if ``deterministic``.
+        """
+        logits, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state)
+        logits, baseline = logits[0], baseline[0]
+        if deterministic:
+            action = logits.argmax(dim=-1)
+        else:
+            action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
+        return {"action": action, "policy_logits": logits, "baseline": baseline}, core_state
+
+
+class DistributedActorLearner(nn.Module):
+    """An actor copy of the network on the CPU and a learner copy on the training device.
+
+    Args:
+        obs_shape: one observation's shape.
+        num_actions: number of discrete actions.
+        cfg: the ``model`` config node (encoder, feature_dim, hidden_dim, init_fn, use_lstm).
+
+    The actor copy is put in shared memory by :meth:`freeze` so actor processes
+    read the weights the learner publishes with :meth:`publish`.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig):
+        super().__init__()
+        self.learner = ActorCritic(obs_shape, num_actions, cfg)
+        self.actor = ActorCritic(obs_shape, num_actions, cfg)
+        self.actor.load_state_dict(self.learner.state_dict())
+
+    def describe(self) -> str:
+        """The network's layers and its number of parameters."""
+        n_params = sum(p.numel() for p in self.learner.parameters())
+        return f"{self.learner}\nparameters: {n_params:,}"
+
+    def freeze(self) -> None:
+        """Put the actor copy in shared memory, without gradients, in eval mode."""
+        self.actor.requires_grad_(False)
+        self.actor.eval()
+        self.actor.share_memory()
+
+    def explore(
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = ()
+    ) -> tuple[dict[str, torch.Tensor], CoreState]:
+        """Sample actions with the actor copy (behaviour policy); see :meth:`ActorCritic.act`."""
+        return self.actor.act(obs, first, core_state)
+
+    def forward(
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False
+    ) -> tuple[torch.Tensor, CoreState]:
+        """Actions ``[B] int64`` of the learner copy (target policy) for ``obs [B, *obs_shape]``."""
+        out, core_state = self.learner.act(obs, first, core_state, deterministic)
+        return out["action"], core_state
+
+    def to(self, device: Any) -> DistributedActorLearner:
+        """Move the learner copy to ``device``; the actor copy stays on the CPU."""
+        self.learner.to(device)
+        return self
+
+    @torch.no_grad()
+    def publish(self) -> None:
+        """Copy the learner's weights into the (shared-memory) actor copy."""
+        for actor_p, learner_p in zip(self.actor.parameters(), self.learner.parameters()):
+            actor_p.copy_(learner_p, non_blocking=False)
+
+    def save(self, path: str) -> None:
+        """Write the learner's ``state_dict`` to ``path`` (weights only)."""
+        torch.save(self.learner.state_dict(), path)
+
+    def load(self, path: str, device: Any = "cpu") -> None:
+        """Load weights saved by :meth:`save`, or the model of a distrl checkpoint, into both copies.
+
+        Raises:
+            RuntimeError: the weights do not fit this network (names the mismatch).
+        """
+        state = torch.load(path, map_location=device, weights_only=True)
+        if "model" in state and isinstance(state["model"], dict):
+            state = state["model"]
+        self.learner.load_state_dict(state)
+        self.publish()

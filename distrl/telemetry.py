@@ -1,0 +1,63 @@
+"""TensorBoard scalars, a ``metrics.jsonl`` file and the console progress bar.
+
+Every scalar goes to TensorBoard (x-axis: agent steps) and, as one JSON
+object per call of :meth:`Telemetry.log`, to ``metrics.jsonl``:
+``{"agent_steps": ..., "frames": ..., "time": <unix seconds>, "<name>": value, ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+
+class Telemetry:
+    """Writes metrics of one run under ``run_dir``.
+
+    Args:
+        run_dir: the run directory; TensorBoard files go to ``run_dir/tb``.
+        total_steps: ``num_train_steps``, the progress bar's end.
+        start_step: agent steps already done (a resumed run).
+        frameskip: frames per agent step, for the frames column.
+        hparams: flat dict of hyperparameters, logged as a text table.
+        progress: show a tqdm progress bar on stderr.
+    """
+
+    def __init__(self, run_dir: str | Path, total_steps: int, start_step: int = 0, frameskip: int = 1,
+                 hparams: dict | None = None, progress: bool = True):
+        self.run_dir = Path(run_dir)
+        self.frameskip = frameskip
+        self.writer = SummaryWriter(log_dir=str(self.run_dir / "tb"))
+        self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self.bar = tqdm(total=total_steps, initial=start_step, unit="step", unit_scale=True,
+                        dynamic_ncols=True, disable=not progress, mininterval=1.0)
+        self._bar_step = start_step
+        if hparams:
+            table = "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in sorted(hparams.items()))
+            self.writer.add_text("hyperparameters", table, start_step)
+
+    def log(self, scalars: dict[str, float], agent_steps: int) -> None:
+        """Write ``scalars`` (TensorBoard tag -> value) at ``agent_steps``; non-finite values are kept."""
+        record = {"agent_steps": agent_steps, "frames": agent_steps * self.frameskip, "time": time.time()}
+        for name, value in scalars.items():
+            self.writer.add_scalar(name, value, agent_steps)
+            record[name] = value if math.isfinite(value) else str(value)
+        self.jsonl.write(json.dumps(record) + "\n")
+
+    def progress(self, agent_steps: int, sps: float, recent_return: float | None) -> None:
+        """Advance the progress line: agent steps, frames, SPS and the recent episode return."""
+        self.bar.update(max(0, agent_steps - self._bar_step))
+        self._bar_step = agent_steps
+        ret = "n/a" if recent_return is None else f"{recent_return:.1f}"
+        self.bar.set_postfix_str(f"frames={agent_steps * self.frameskip:,} SPS={sps:,.0f} return={ret}", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.flush()
+        self.writer.close()
+        self.jsonl.close()

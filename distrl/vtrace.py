@@ -1,0 +1,139 @@
+"""V-trace targets and the IMPALA loss terms, as pure tensor functions.
+
+Source: Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL with
+Importance Weighted Actor-Learner Architectures", arXiv 1802.01561,
+Section 4. Shapes use T (unroll length) and B (batch); all tensors float32
+on one device unless said otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+
+class VTraceReturns(NamedTuple):
+    """``vs``: V-trace value targets ``[T, B]``; ``pg_advantages``: ``[T, B]``."""
+
+    vs: torch.Tensor
+    pg_advantages: torch.Tensor
+
+
+@torch.no_grad()
+def vtrace_from_importance_weights(
+    log_rhos: torch.Tensor,
+    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> VTraceReturns:
+    """V-trace targets by the backward recursion of Remark 1.
+
+    ``v_s - V(x_s) = delta_s V + gamma_s c_s (v_{s+1} - V(x_{s+1}))`` with
+    ``delta_s V = rho_s (r_s + gamma_s V(x_{s+1}) - V(x_s))`` (eq. 1),
+    ``rho_s = min(rho_bar, pi/mu)`` and ``c_s = min(c_bar, pi/mu)``. The
+    policy-gradient advantage is ``rho_s (r_s + gamma_s v_{s+1} - V(x_s))``
+    (Section 4.2).
+
+    Args:
+        log_rhos: ``[T, B]`` log of target over behaviour probability of the taken action.
+        discounts: ``[T, B]`` per-step discount ``gamma_s``; 0 where the episode terminated.
+        rewards: ``[T, B]`` rewards (already clipped and bootstrapped as the caller wants).
+        values: ``[T, B]`` baseline ``V(x_s)`` of the target network.
+        bootstrap_value: ``[B]`` ``V(x_T)``.
+        rho_bar: truncation level of ``rho`` (> 0).
+        c_bar: truncation level of ``c`` (> 0).
+
+    Returns:
+        ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
+    """
+    rhos = torch.exp(log_rhos)
+    clipped_rhos = torch.clamp(rhos, max=rho_bar)
+    cs = torch.clamp(rhos, max=c_bar)
+    values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
+    deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
+
+    acc = torch.zeros_like(bootstrap_value)
+    vs_minus_v = torch.empty_like(values)
+    for t in range(values.shape[0] - 1, -1, -1):
+        acc = deltas[t] + discounts[t] * cs[t] * acc
+        vs_minus_v[t] = acc
+    vs = vs_minus_v + values
+
+    vs_t_plus_1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
+    pg_advantages = clipped_rhos * (rewards + discounts * vs_t_plus_1 - values)
+    return VTraceReturns(vs, pg_advantages)
+
+
+def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``log pi(a_t | x_t)``: logits ``[T, B, A]``, actions ``[T, B]`` int64 -> ``[T, B]``."""
+    return -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none").view_as(actions)
+
+
+def vtrace_from_logits(
+    behaviour_logits: torch.Tensor,
+    target_logits: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    truncation_values: torch.Tensor,
+    discount: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> VTraceReturns:
+    """V-trace targets from policy logits, with episode ends handled.
+
+    A ``terminated`` step cuts the discount to 0. A ``truncated`` step (time
+    limit) also stops the recursion at the reset, but first bootstraps from
+    the value of the episode's final observation:
+    ``r_s <- r_s + gamma V(x_final)`` — so nothing leaks across the reset and
+    the time limit is not mistaken for a terminal state.
+
+    Args:
+        behaviour_logits: ``[T, B, A]`` logits of the behaviour policy mu (actor).
+        target_logits: ``[T, B, A]`` logits of the target policy pi (learner).
+        actions: ``[T, B]`` int64 actions taken.
+        rewards: ``[T, B]`` rewards (clipped by the caller if wanted).
+        terminated: ``[T, B]`` bool, the step ended the episode in a terminal state.
+        truncated: ``[T, B]`` bool, the step ended the episode by a time limit.
+        values: ``[T, B]`` ``V(x_s)``.
+        bootstrap_value: ``[B]`` ``V(x_T)``.
+        truncation_values: ``[T, B]`` ``V`` of the final observation where ``truncated``
+            (ignored elsewhere).
+        discount: gamma in [0, 1].
+        rho_bar, c_bar: truncation levels of the importance weights.
+
+    Returns:
+        ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
+    """
+    log_rhos = action_log_probs(target_logits, actions) - action_log_probs(behaviour_logits, actions)
+    ended = terminated | truncated
+    bootstrap_at_limit = (truncated & ~terminated).float()
+    rewards = rewards + discount * bootstrap_at_limit * truncation_values
+    discounts = discount * (~ended).float()
+    return vtrace_from_importance_weights(
+        log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(), rho_bar, c_bar
+    )
+
+
+def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """``-sum_t,b log pi(a|x) * A`` (IMPALA Section 4.2); logits ``[T,B,A]`` -> scalar."""
+    return -(action_log_probs(logits, actions) * advantages.detach()).sum()
+
+
+def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
+    """``0.5 * sum (v_s - V(x_s))^2`` (IMPALA Section 4.2); ``[T, B]`` -> scalar."""
+    return 0.5 * (advantages**2).sum()
+
+
+def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Negative policy entropy ``sum pi log pi`` (IMPALA Section 4.2); ``[T,B,A]`` -> scalar."""
+    log_policy = F.log_softmax(logits, dim=-1)
+    return (log_policy.exp() * log_policy).sum()
