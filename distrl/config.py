@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -46,7 +46,7 @@ class GymEnvConfig:
 
     kind: str = "gym"
     id: str = "CartPole-v1"
-    max_episode_steps: Optional[int] = None  # None: the id's registered limit
+    max_episode_steps: int | None = None  # None: the id's registered limit
 
 
 @dataclass
@@ -61,7 +61,7 @@ class AgentConfig:
     entropy_cost: float = 0.01
     baseline_cost: float = 0.5
     discount: float = 0.99
-    reward_clip: Optional[float] = 1.0  # rewards clipped to [-x, x] in the loss; null: no clipping
+    reward_clip: float | None = 1.0  # rewards clipped to [-x, x] in the loss; null: no clipping
     rho_bar: float = 1.0
     c_bar: float = 1.0
     max_grad_norm: float = 40.0
@@ -83,7 +83,7 @@ class TrainBlock:
     """Schedule of a run; every step count and interval is in agent steps."""
 
     num_train_steps: int = 10_000_000
-    init_model_path: Optional[str] = None
+    init_model_path: str | None = None
     log_interval: int = 20_000
     eval_interval: int = 500_000
     save_interval: int = 500_000

@@ -249,7 +249,7 @@ class DistributedActorLearner(nn.Module):
     @torch.no_grad()
     def publish(self) -> None:
         """Copy the learner's weights into the (shared-memory) actor copy."""
-        for actor_p, learner_p in zip(self.actor.parameters(), self.learner.parameters()):
+        for actor_p, learner_p in zip(self.actor.parameters(), self.learner.parameters(), strict=True):
             actor_p.copy_(learner_p, non_blocking=False)
 
     def save(self, path: str) -> None:

@@ -1,0 +1,106 @@
+"""Shared helpers: Hydra composition of the real configs and the real ``distrl`` command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from distrl.config import register_configs
+from distrl.hydra_app import config_dir
+
+REPO = Path(__file__).resolve().parent.parent
+DISTRL = [sys.executable, "-m", "distrl"]
+
+# Small but real runs: 2 actors, short unrolls, short Pong episodes.
+TINY_PONG = [
+    "env=atari", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
+    "train.num_train_steps=2000", "train.log_interval=400", "train.num_eval_episodes=1",
+    "env.max_episode_steps=150", "learner_threads=1",
+]
+TINY_CARTPOLE = [
+    "env=cartpole", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
+    "train.num_train_steps=3000", "train.log_interval=500", "train.num_eval_episodes=2", "learner_threads=1",
+]
+
+
+def compose_train(overrides: list[str]):
+    """The train config as ``distrl train`` would compose it, without running anything."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+@dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    children: set[int] = field(default_factory=set)
+
+    def alive_children(self) -> list[int]:
+        alive = []
+        for pid in self.children:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+
+class DistrlProcess:
+    """``python -m distrl ...`` in a subprocess, in its own process group, with its children tracked."""
+
+    def __init__(self, args: list[str], cwd: Path | str | None = None, env: dict | None = None):
+        self.popen = subprocess.Popen(
+            DISTRL + args, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+        self.children: set[int] = set()
+
+    def poll_children(self) -> list[psutil.Process]:
+        try:
+            kids = psutil.Process(self.popen.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        self.children.update(k.pid for k in kids)
+        return kids
+
+    def wait_for(self, predicate, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.popen.poll() is None:
+            self.poll_children()
+            if predicate():
+                return True
+            time.sleep(0.2)
+        return predicate()
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.popen.pid, sig)
+
+    def finish(self, timeout: float) -> Finished:
+        deadline = time.monotonic() + timeout
+        while self.popen.poll() is None and time.monotonic() < deadline:
+            self.poll_children()
+            time.sleep(0.2)
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            out, err = self.popen.communicate()
+            pytest.fail(f"distrl did not exit within {timeout} s\nstdout:\n{out}\nstderr:\n{err[-5000:]}")
+        out, err = self.popen.communicate()
+        return Finished(self.popen.returncode, out, err, set(self.children))
+
+
+def run_distrl(args: list[str], timeout: float = 240, cwd=None, env=None) -> Finished:
+    return DistrlProcess(args, cwd=cwd, env=env).finish(timeout)

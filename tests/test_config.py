@@ -1,0 +1,103 @@
+"""Every config group composes through Hydra's compose API, and validation rejects each bad value
+with its key, before any process starts."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import compose_train, run_distrl
+
+from distrl.config import ConfigError, validate
+from distrl.hydra_app import config_dir
+
+CONF = Path(config_dir())
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_the_config_groups_are_there():
+    assert {"atari", "cartpole"} <= set(options("env"))
+    assert {"nature_cnn", "impala_resnet", "mlp"} <= set(options("model"))
+    assert "impala" in options("agent")
+
+
+@pytest.mark.parametrize("env", options("env"))
+@pytest.mark.parametrize("agent", options("agent"))
+def test_every_env_and_agent_composes_and_validates(env, agent):
+    cfg = compose_train([f"env={env}", f"agent={agent}"])
+    validate(cfg)
+    assert cfg.env.kind in ("atari", "gym")
+
+
+@pytest.mark.parametrize("model", options("model"))
+def test_every_model_composes_with_a_matching_env(model):
+    env = "cartpole" if model == "mlp" else "atari"
+    cfg = compose_train([f"env={env}", f"model={model}"])
+    validate(cfg)
+    assert cfg.model.encoder == model
+
+
+def test_defaults_follow_the_issue_and_the_paper():
+    cfg = compose_train([])
+    assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
+    assert cfg.num_steps == 80 and cfg.num_actors == "auto" and cfg.model.encoder == "nature_cnn"
+    assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
+    assert compose_train(["env=cartpole"]).model.encoder == "mlp"
+
+
+BAD = [
+    (["num_actors=0"], "num_actors"),
+    (["num_storages=4", "batch_size=8"], "num_storages"),
+    (["num_storages=8", "num_actors=2", "envs_per_actor=4"], "num_storages"),
+    (["env.id=ALE/NoSuchGame-v5"], "env.id"),
+    (["env=cartpole", "env.id=NoSuchEnv-v0"], "env.id"),
+    (["env=cartpole", "env.id=ALE/Pong-v5"], "env.id"),
+    (["device=tpu"], "device"),
+    (["device=banana:3"], "device"),
+    (["train.eval_interval=0"], "train.eval_interval"),
+    (["train.save_interval=-5"], "train.save_interval"),
+    (["train.log_interval=0"], "train.log_interval"),
+    (["train.num_train_steps=0"], "train.num_train_steps"),
+    (["num_steps=0"], "num_steps"),
+    (["batch_size=0"], "batch_size"),
+    (["model=mlp"], "model.encoder"),
+    (["env=cartpole", "model=nature_cnn"], "model.encoder"),
+    (["agent.discount=1.5"], "agent.discount"),
+    (["agent.lr=0"], "agent.lr"),
+    (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
+]
+if not torch.cuda.is_available():
+    BAD.append((["device=cuda"], "device"))
+
+
+@pytest.mark.parametrize("overrides,key", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_validation_names_the_key(overrides, key):
+    with pytest.raises(ConfigError) as info:
+        validate(compose_train(overrides))
+    assert str(info.value).startswith(f"{key}=")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("args,key", [
+    (["num_actors=0"], "num_actors"),
+    (["env.id=ALE/NoSuchGame-v5"], "env.id"),
+    (["train.eval_interval=0"], "train.eval_interval"),
+])
+def test_the_command_fails_with_one_line_and_starts_nothing(args, key, tmp_path):
+    done = run_distrl(["train", *args, f"hydra.run.dir={tmp_path}/run"], timeout=60)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and lines[0].startswith(f"distrl train: error: {key}="), done.stderr
+    assert not done.children
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("args,key", [(["no_such_key=1"], "no_such_key"), (["train.nope=3"], "nope"),
+                                      (["seed=abc"], "seed")])
+def test_unknown_keys_and_wrong_types_fail_at_compose_time(args, key, tmp_path):
+    done = run_distrl(["train", *args, f"hydra.run.dir={tmp_path}/run"], timeout=60)
+    assert done.returncode != 0
+    assert key in done.stderr and "Traceback" not in done.stderr
+    assert not done.children

@@ -1,0 +1,112 @@
+"""``distrl train`` end to end through the real command on real envs."""
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, compose_train, run_distrl
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from distrl.checkpoint import load_checkpoint
+
+
+def scalars(run_dir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    return acc
+
+
+def check_run(run_dir: Path, num_train_steps: int) -> None:
+    latest = run_dir / "checkpoints" / "latest.pt"
+    state = torch.load(latest, weights_only=True)
+    assert state["agent_steps"] >= num_train_steps
+    assert state["config"]["train"]["num_train_steps"] == num_train_steps
+    assert {"model", "optimizer", "scheduler", "rng", "distrl_version", "updates"} <= set(state)
+    assert (run_dir / "config.yaml").is_file()
+
+    acc = scalars(run_dir)
+    tags = set(acc.Tags()["scalars"])
+    assert {"losses/total", "charts/SPS", "charts/learning_rate", "charts/policy_lag"} <= tags
+    assert tags & {"charts/episodic_return", "eval/mean_return"}
+    sps = [e.value for e in acc.Scalars("charts/SPS")]
+    assert max(sps) > 0
+    losses = acc.Scalars("losses/total")
+    assert losses[-1].step >= losses[0].step and all(e.step > 0 for e in losses)
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("losses/total" in r for r in records)
+    assert all({"agent_steps", "frames", "time"} <= set(r) for r in records)
+
+
+@pytest.mark.parametrize("overrides", [TINY_PONG, TINY_CARTPOLE], ids=["pong", "cartpole"])
+def test_train_end_to_end(overrides, tmp_path):
+    run_dir = tmp_path / "run"
+    done = run_distrl(["train", *overrides, f"hydra.run.dir={run_dir}"], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.children) >= 2  # the actors really ran as processes
+    assert done.alive_children() == []
+    steps = int(next(o.split("=")[1] for o in overrides if o.startswith("train.num_train_steps=")))
+    check_run(run_dir, steps)
+    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    if "env=atari" in overrides:
+        assert state["frames"] == 4 * state["agent_steps"] and state["obs_shape"] == [4, 84, 84]
+        tags = set(scalars(run_dir).Tags()["scalars"])
+        assert "charts/FPS" in tags
+
+
+def test_storage_slots_all_come_back(tmp_path):
+    """After a run, every slot index is back on the free queue: none lost, none twice."""
+    from distrl.engine.trainer import DistributedTrainer
+
+    cfg = compose_train(TINY_CARTPOLE + ["train.num_eval_episodes=0"])
+    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    counters = trainer.train()
+    assert counters["agent_steps"] >= 3000
+    assert trainer.free_indices == list(range(trainer.num_storages))
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = DistrlProcess(["train", *TINY_PONG, "train.num_train_steps=10000000", f"hydra.run.dir={run_dir}"])
+    metrics = run_dir / "metrics.jsonl"
+    assert proc.wait_for(lambda: metrics.exists() and "losses/total" in metrics.read_text(), timeout=120)
+    assert len(proc.poll_children()) >= 2
+    start = time.monotonic()
+    proc.signal(signal.SIGINT)
+    done = proc.finish(timeout=30)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert time.monotonic() - start < 20
+    assert done.alive_children() == []
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
+
+
+def test_a_dead_actor_stops_the_run_with_its_name(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = DistrlProcess(["train", *TINY_PONG, "train.num_train_steps=10000000", f"hydra.run.dir={run_dir}"])
+    metrics = run_dir / "metrics.jsonl"
+    assert proc.wait_for(lambda: metrics.exists() and "losses/total" in metrics.read_text(), timeout=120)
+    victim = proc.poll_children()
+    actors = [p for p in victim if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in
+              " ".join(p.cmdline())]
+    assert actors
+    actors[0].send_signal(signal.SIGKILL)
+    done = proc.finish(timeout=60)
+    assert done.returncode == 1
+    assert "actor" in done.stderr and "SIGKILL" in done.stderr
+    assert done.alive_children() == []
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
+
+
+def test_multirun_gives_one_complete_run_per_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    done = run_distrl(["train", "-m", "seed=1,2", *TINY_CARTPOLE, "train.num_train_steps=1000",
+                       "train.num_eval_episodes=1", f"hydra.sweep.dir={sweep}"], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.alive_children() == []
+    for job, seed in (("0", 1), ("1", 2)):
+        state = load_checkpoint(sweep / job / "checkpoints" / "latest.pt")
+        assert state["config"]["seed"] == seed
+        check_run(sweep / job, 1000)

@@ -1,0 +1,103 @@
+"""V-trace against a reference written straight from the paper's definition.
+
+Espeholt et al. 2018, eq. (1): v_s = V(x_s) + sum_{t=s}^{s+n-1} gamma^{t-s}
+(prod_{i=s}^{t-1} c_i) delta_t V, with delta_t V = rho_t (r_t + gamma V(x_{t+1})
+- V(x_t)). The sum runs to the end of the unroll (bootstrapping from V(x_T)) or
+stops at the step that ends the episode: after a terminal step nothing is
+bootstrapped; after a time-limit truncation the value of the episode's final
+observation is.
+"""
+
+import math
+
+import pytest
+import torch
+
+from distrl import vtrace
+
+
+def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final_values, gamma, rho_bar, c_bar):
+    T, B = len(rewards), len(rewards[0])
+    rhos = [[math.exp(log_rhos[t][b]) for b in range(B)] for t in range(T)]
+    vs = [[0.0] * B for _ in range(T)]
+    adv = [[0.0] * B for _ in range(T)]
+
+    def next_value(t, b):
+        """gamma x the value that follows step t, or 0 after a terminal step."""
+        if terminated[t][b]:
+            return 0.0
+        if truncated[t][b]:
+            return gamma * final_values[t][b]
+        return gamma * (values[t + 1][b] if t + 1 < T else bootstrap[b])
+
+    for b in range(B):
+        for s in range(T):
+            total, weight = values[s][b], 1.0  # weight = gamma^{t-s} prod_{i<t} c_i
+            for t in range(s, T):
+                rho = min(rho_bar, rhos[t][b])
+                total += weight * rho * (rewards[t][b] + next_value(t, b) - values[t][b])
+                if terminated[t][b] or truncated[t][b]:
+                    break
+                weight *= gamma * min(c_bar, rhos[t][b])
+            vs[s][b] = total
+        for s in range(T):
+            rho = min(rho_bar, rhos[s][b])
+            if terminated[s][b]:
+                follow = 0.0
+            elif truncated[s][b]:
+                follow = gamma * final_values[s][b]
+            else:
+                follow = gamma * (vs[s + 1][b] if s + 1 < T else bootstrap[b])
+            adv[s][b] = rho * (rewards[s][b] + follow - values[s][b])
+    return torch.tensor(vs), torch.tensor(adv)
+
+
+@pytest.mark.parametrize("rho_bar,c_bar", [(1.0, 1.0), (0.7, 0.4), (2.0, 1.5)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vtrace_matches_the_papers_sum(seed, rho_bar, c_bar):
+    g = torch.Generator().manual_seed(seed)
+    T, B, A, gamma = 12, 5, 4, 0.97
+    behaviour = torch.randn(T, B, A, generator=g)
+    target = behaviour + 0.5 * torch.randn(T, B, A, generator=g)
+    actions = torch.randint(0, A, (T, B), generator=g)
+    rewards = torch.randn(T, B, generator=g)
+    values = torch.randn(T, B, generator=g)
+    bootstrap = torch.randn(B, generator=g)
+    final_values = torch.randn(T, B, generator=g)
+    terminated = torch.rand(T, B, generator=g) < 0.12
+    truncated = torch.rand(T, B, generator=g) < 0.12
+    terminated[3, 0], truncated[3, 0] = True, True  # both: terminal wins
+    assert terminated.any() and truncated.any() and (truncated & ~terminated).any()
+
+    got = vtrace.vtrace_from_logits(behaviour, target, actions, rewards, terminated, truncated, values,
+                                    bootstrap, final_values, gamma, rho_bar, c_bar)
+    log_rhos = (vtrace.action_log_probs(target, actions) - vtrace.action_log_probs(behaviour, actions))
+    want_vs, want_adv = reference(log_rhos.tolist(), rewards.tolist(), values.tolist(), bootstrap.tolist(),
+                                  terminated.tolist(), truncated.tolist(), final_values.tolist(), gamma,
+                                  rho_bar, c_bar)
+    torch.testing.assert_close(got.vs, want_vs, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.pg_advantages, want_adv, rtol=1e-5, atol=1e-5)
+
+
+def test_on_policy_vtrace_is_the_n_step_return():
+    """With pi = mu and no episode end, v_s is the discounted n-step return (paper, Remark 1)."""
+    T, B, gamma = 6, 3, 0.9
+    logits = torch.randn(T, B, 3)
+    actions = torch.randint(0, 3, (T, B))
+    rewards, values, bootstrap = torch.randn(T, B), torch.randn(T, B), torch.randn(B)
+    no = torch.zeros(T, B, dtype=torch.bool)
+    got = vtrace.vtrace_from_logits(logits, logits, actions, rewards, no, no, values, bootstrap,
+                                    torch.zeros(T, B), gamma)
+    for s in range(T):
+        n_step = sum(gamma ** (t - s) * rewards[t] for t in range(s, T)) + gamma ** (T - s) * bootstrap
+        torch.testing.assert_close(got.vs[s], n_step, rtol=1e-5, atol=1e-5)
+
+
+def test_loss_terms():
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])  # pi = (0.25, 0.75)
+    actions = torch.tensor([[1]])
+    adv = torch.tensor([[2.0]])
+    assert vtrace.policy_gradient_loss(logits, actions, adv).item() == pytest.approx(-math.log(0.75) * 2.0)
+    assert vtrace.baseline_loss(adv).item() == pytest.approx(2.0)
+    entropy = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    assert vtrace.entropy_loss(logits).item() == pytest.approx(-entropy)
