@@ -117,17 +117,59 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
         raise CheckpointError(f"{path}: no such file")
     if not path.is_file():
         raise CheckpointError(f"{path}: not a file")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"{path}: not a torch checkpoint (torch.save writes a zip archive; "
+                              "this file is not one, or it is truncated)")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(exc))
+        what = f" ({found.group(1)})" if found else ""
         raise CheckpointError(
-            f"{path}: refused, it holds pickled objects that weights_only loading does not allow "
-            f"({first_line[:200]})"
+            f"{path}: refused: it holds pickled Python objects{what}, which distrl never loads"
         ) from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint (truncated or corrupt): "
-                              f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable torch checkpoint (truncated or corrupt: {reason})") from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
         raise CheckpointError(f"{path}: not a distrl checkpoint (needs keys {', '.join(REQUIRED_KEYS)})")
     return state
+
+
+MODEL_KEYS = ("encoder", "feature_dim", "hidden_dim", "use_lstm")
+
+
+def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> str | None:
+    """Why checkpoint ``state`` cannot continue a run of ``cfg``, or None if it can."""
+    if list(state.get("obs_shape", [])) != list(obs_shape):
+        return f"observation shape {tuple(state.get('obs_shape', []))} in the checkpoint, {tuple(obs_shape)} here"
+    if state.get("num_actions") != num_actions:
+        return f"{state.get('num_actions')} actions in the checkpoint, {num_actions} here"
+    saved = state["config"].get("model", {})
+    for key in MODEL_KEYS:
+        if saved.get(key) != cfg.model[key]:
+            return f"model.{key}={saved.get(key)!r} in the checkpoint, {cfg.model[key]!r} here"
+    return None
+
+
+def find_resume_checkpoint(resume: Any, run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint a run continues from.
+
+    Args:
+        resume: ``"auto"`` (``run_dir/checkpoints/latest.pt`` if it exists), ``False``/``None``
+            (never), or the path of a checkpoint file or of a run directory.
+        run_dir: this run's directory.
+
+    Raises:
+        CheckpointError: ``resume`` names a path with no checkpoint.
+    """
+    if resume is None or resume is False or str(resume).lower() in ("false", "none", "null"):
+        return None
+    if resume == "auto":
+        latest = Path(run_dir) / "checkpoints" / "latest.pt"
+        return latest if latest.is_file() else None
+    path = Path(str(resume))
+    for candidate in (path, path / "checkpoints" / "latest.pt", path / "latest.pt"):
+        if candidate.is_file():
+            return candidate
+    raise CheckpointError(f"resume={resume}: no checkpoint there (give a .pt file or a run directory)")

@@ -14,7 +14,7 @@ commands:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``distrl``; returns the exit code (130 after Ctrl-C)."""
+    """Run ``distrl``; returns the exit code (130 after Ctrl-C, 143 after SIGTERM)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [f"distrl-{command}", *rest]
     try:
         command_main()
-    except KeyboardInterrupt:
-        print("distrl: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = type(exc).__name__ == "Terminated"
+        print(f"distrl: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     return 0

@@ -111,6 +111,31 @@ class TrainConfig:
     envs_per_actor: int = 8
     learner_threads: Any = "auto"  # torch threads of the learner; auto: the cores left by actors
     log_level: str = "INFO"
+    resume: Any = "auto"  # auto: continue from the run dir's latest.pt if any | false | a checkpoint or run dir
+
+
+@dataclass
+class EvalEnvOverrides:
+    """Env settings ``distrl eval`` may change at test time; None keeps the checkpoint's value."""
+
+    repeat_action_probability: float | None = None
+    noop_max: int | None = None
+    max_episode_steps: int | None = None
+
+
+@dataclass
+class EvalConfig:
+    """Top level of ``conf/eval.yaml``."""
+
+    ckpt: str = MISSING
+    num_episodes: int = 10
+    deterministic: bool = False
+    device: str = "cpu"
+    seed: int = 0
+    video: bool = False
+    video_fps: int = 30
+    env: EvalEnvOverrides = field(default_factory=EvalEnvOverrides)
+    log_level: str = "INFO"
 
 
 def register_configs() -> None:
@@ -118,6 +143,7 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver("distrl_tag", lambda tag: f"_{tag}" if tag else "", replace=True)
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="eval_schema", node=EvalConfig)
     cs.store(group="env", name="atari_schema", node=AtariEnvConfig)
     cs.store(group="env", name="gym_schema", node=GymEnvConfig)
     cs.store(group="agent", name="impala_schema", node=AgentConfig)
@@ -225,6 +251,18 @@ def validate_env(env: DictConfig) -> None:
                "null or an integer >= 1")
 
 
+def validate_eval(cfg: DictConfig) -> None:
+    """Check an eval config (the checkpoint itself is checked when it is loaded).
+
+    Raises:
+        ConfigError: the first bad value, naming its key and what is allowed.
+    """
+    _check(cfg.num_episodes >= 1, "num_episodes", cfg.num_episodes, "must be an integer >= 1")
+    _check(cfg.video_fps >= 1, "video_fps", cfg.video_fps, "must be an integer >= 1")
+    _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
+    resolve_device(cfg.device)
+
+
 def validate(cfg: DictConfig) -> None:
     """Check every value of a composed train config.
 
@@ -243,6 +281,8 @@ def validate(cfg: DictConfig) -> None:
     value = cfg.train.num_eval_episodes
     _check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
     _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
+    _check(cfg.resume is False or cfg.resume is None or isinstance(cfg.resume, str), "resume", cfg.resume,
+           "auto, false, or the path of a checkpoint or run directory")
 
     stepping = resolve_num_actors(cfg) * cfg.envs_per_actor
     num_storages = resolve_num_storages(cfg)

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import logging
+import signal
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from distrl.checkpoint import CheckpointError, find_resume_checkpoint, load_checkpoint
 from distrl.config import register_configs, validate
 from distrl.hydra_app import checked, config_dir, fail
 
 log = logging.getLogger("distrl")
 
 register_configs()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (e.g. a cluster preemption): the same orderly stop as Ctrl-C, exit code 143."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
@@ -24,7 +34,18 @@ def main(cfg: DictConfig) -> None:
     from distrl.engine.trainer import ActorFailure, DistributedTrainer, TrainingError
 
     run_dir = HydraConfig.get().runtime.output_dir
-    trainer = DistributedTrainer(cfg, run_dir)
+    try:
+        resume_path = find_resume_checkpoint(cfg.resume, run_dir)
+        resume_state = load_checkpoint(resume_path) if resume_path else None
+        trainer = DistributedTrainer(cfg, run_dir, resume_state=resume_state)
+    except CheckpointError as exc:
+        fail("train", str(exc))
+    if resume_path:
+        log.info("resuming from %s", resume_path)
+    # A shell that starts a job in the background may leave SIGINT ignored; Ctrl-C and
+    # SIGTERM must always reach the trainer so that it can stop cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         trainer.train()
     except ActorFailure as exc:

@@ -44,7 +44,13 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
     assert cfg.num_steps == 80 and cfg.num_actors == "auto" and cfg.model.encoder == "nature_cnn"
     assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
-    assert compose_train(["env=cartpole"]).model.encoder == "mlp"
+    cartpole = compose_train(["env=cartpole"])
+    assert cartpole.model.encoder == "mlp" and cartpole.num_steps == 16 and cartpole.agent.lr == 0.005
+
+
+def test_the_command_line_beats_the_env_preset():
+    cfg = compose_train(["env=cartpole", "num_steps=7", "agent.lr=0.001", "train.eval_interval=123"])
+    assert (cfg.num_steps, cfg.agent.lr, cfg.train.eval_interval) == (7, 0.001, 123)
 
 
 BAD = [

@@ -79,3 +79,44 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
     finally:
         env.close()
     return EvalResult(returns, lengths)
+
+
+@torch.no_grad()
+def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: int, video_path: str,
+                    fps: int = 30, deterministic: bool = False) -> EvalResult:
+    """Play ``num_episodes`` episodes one after another on one rendering env and write them,
+    frame by frame (one frame per agent step), to the MP4 file ``video_path``.
+
+    The env is preprocessed as in training (for Atari through Gymnasium's wrappers),
+    so the scores are comparable to :func:`evaluate`'s.
+    """
+    import imageio.v2 as imageio
+
+    from distrl.envs import make_render_env
+
+    frozen = copy.deepcopy(model).cpu().eval()
+    env = make_render_env(env_cfg)
+    returns: list[float] = []
+    lengths: list[int] = []
+    writer = imageio.get_writer(video_path, fps=fps, codec="libx264", macro_block_size=1)
+    try:
+        for episode in range(num_episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            core = frozen.initial_state(1)
+            first = torch.ones(1, dtype=torch.bool)
+            writer.append_data(env.render())
+            total, length, ended = 0.0, 0, False
+            while not ended:
+                out, core = frozen.act(torch.from_numpy(np.asarray(obs)).unsqueeze(0), first, core, deterministic)
+                obs, reward, terminated, truncated, _ = env.step(int(out["action"][0]))
+                writer.append_data(env.render())
+                total += float(reward)
+                length += 1
+                ended = terminated or truncated
+                first = torch.zeros(1, dtype=torch.bool)
+            returns.append(total)
+            lengths.append(length)
+    finally:
+        writer.close()
+        env.close()
+    return EvalResult(returns, lengths)

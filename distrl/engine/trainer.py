@@ -65,12 +65,18 @@ class DistributedTrainer:
         cfg: a validated train config (see :func:`distrl.config.validate`).
         run_dir: the run directory (checkpoints, TensorBoard, metrics.jsonl).
         progress: show the console progress bar.
+        resume_state: a loaded checkpoint to continue from (weights, optimizer, scheduler,
+            counters, RNG); ``train.num_train_steps`` stays the total, not an addition.
+
+    Raises:
+        checkpoint.CheckpointError: ``resume_state`` does not fit this config (names the mismatch).
 
     Attributes after :meth:`train`: ``counters`` (agent_steps, updates, ...),
     ``free_indices`` (every slot index found free after shutdown, sorted).
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike, progress: bool = True):
+    def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike, progress: bool = True,
+                 resume_state: dict | None = None):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.progress = progress
@@ -99,6 +105,24 @@ class DistributedTrainer:
             "best_eval_return": -math.inf,
         }
         self.free_indices: list[int] = []
+        if resume_state is not None:
+            self._resume(resume_state)
+
+    def _resume(self, state: dict[str, Any]) -> None:
+        mismatch = checkpoint.incompatibility(state, self.cfg, self.spec.obs_shape, self.spec.num_actions)
+        if mismatch:
+            raise checkpoint.CheckpointError(f"cannot resume: {mismatch}")
+        self.policy.learner.load_state_dict(state["model"])
+        self.policy.publish()
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        for key in self.counters:
+            self.counters[key] = state[key]
+        # The schedule's position is in agent steps of this run's total budget.
+        for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
+            group["lr"] = base_lr * self.scheduler.lr_lambdas[0](self.counters["updates"])
+        checkpoint.set_rng_state(state["rng"])
+        log.info("resumed at %d agent steps, %d updates", self.counters["agent_steps"], self.counters["updates"])
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_state(self, model_state: dict | None = None) -> dict[str, Any]:
@@ -144,6 +168,10 @@ class DistributedTrainer:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
+        if self.counters["agent_steps"] >= cfg.train.num_train_steps:
+            log.info("nothing to do: the run is at %d of %d agent steps", self.counters["agent_steps"],
+                     cfg.train.num_train_steps)
+            return dict(self.counters)
         threads_before = torch.get_num_threads()
         learner_threads = cpu_count() if cfg.learner_threads == "auto" else int(cfg.learner_threads)
         torch.set_num_threads(learner_threads)

@@ -51,6 +51,14 @@ def make_vector_env(env_cfg: DictConfig, num_envs: int, num_threads: int = 1):
     return gym_env.make_vector_env(env_cfg, num_envs)
 
 
+def make_render_env(env_cfg: DictConfig):
+    """One environment, preprocessed as in training, whose ``render()`` gives RGB frames
+    ``[H, W, 3] uint8`` (for videos). Atari goes through Gymnasium's wrappers here."""
+    if env_cfg.kind == "atari":
+        return atari.make_single_env(env_cfg, render_mode="rgb_array")
+    return gym_env.make_single_env(env_cfg, render_mode="rgb_array")
+
+
 def env_spec(env_cfg: DictConfig) -> EnvSpec:
     """Observation and action facts of the configured env (builds one env briefly)."""
     env = make_vector_env(env_cfg, 1)

@@ -64,14 +64,17 @@ def make_vector_env(cfg: DictConfig, num_envs: int, num_threads: int = 1):
             use_fire_reset=cfg.use_fire_reset,
         )
     return gym.vector.SyncVectorEnv(
-        [lambda: _make_single(cfg) for _ in range(num_envs)],
+        [lambda: make_single_env(cfg) for _ in range(num_envs)],
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
 
 
-def _make_single(cfg: DictConfig) -> gym.Env:
+def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
+    """One preprocessed game through Gymnasium's wrappers; ``render_mode="rgb_array"``
+    renders the full-colour 210x160 screen."""
     env = gym.make(
         cfg.id,
+        render_mode=render_mode,
         frameskip=1,  # AtariPreprocessing skips (once) and max-pools
         repeat_action_probability=cfg.repeat_action_probability,
         full_action_space=cfg.full_action_space,

@@ -23,13 +23,17 @@ def make_vector_env(cfg: DictConfig, num_envs: int):
     Raises:
         ValueError: the id has a non-discrete action space.
     """
-    kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
     env = gym.vector.SyncVectorEnv(
-        [lambda: gym.wrappers.DtypeObservation(gym.make(cfg.id, **kwargs), np.float32)
-         for _ in range(num_envs)],
+        [lambda: make_single_env(cfg) for _ in range(num_envs)],
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
     if not isinstance(env.single_action_space, gym.spaces.Discrete):
         env.close()
         raise ValueError(f"env.id={cfg.id!r}: only discrete action spaces are supported")
     return env
+
+
+def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
+    """One env of ``cfg.id`` with float32 observations (``render_mode`` as in ``gym.make``)."""
+    kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
+    return gym.wrappers.DtypeObservation(gym.make(cfg.id, render_mode=render_mode, **kwargs), np.float32)

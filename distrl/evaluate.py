@@ -1,0 +1,88 @@
+"""The Hydra main of ``distrl eval``: score a checkpoint from its path alone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+
+import hydra
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from distrl.checkpoint import CheckpointError, load_checkpoint
+from distrl.config import ConfigError, register_configs, validate_env, validate_eval
+from distrl.hydra_app import checked, config_dir, fail
+
+log = logging.getLogger("distrl")
+
+register_configs()
+
+
+def policy_from_checkpoint(state: dict, path: str):
+    """The learner network of a checkpoint and the train config it was made with.
+
+    Raises:
+        CheckpointError: the stored weights do not fit the network its config describes.
+    """
+    from distrl.policy import ActorCritic
+
+    train_cfg = OmegaConf.create(state["config"])
+    model = ActorCritic(tuple(state["obs_shape"]), int(state["num_actions"]), train_cfg.model)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path}: its weights do not fit its model config: {str(exc).splitlines()[0]}") from None
+    return model, train_cfg
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="eval")
+def main(cfg: DictConfig) -> None:
+    """Load ``ckpt``, play ``num_episodes`` episodes, print them and write ``results.json``."""
+    checked("eval", cfg, validate_eval)
+    from distrl.engine.evaluator import evaluate, record_episodes
+
+    try:
+        state = load_checkpoint(cfg.ckpt)
+        model, train_cfg = policy_from_checkpoint(state, cfg.ckpt)
+    except CheckpointError as exc:
+        fail("eval", str(exc))
+    env_cfg = train_cfg.env
+    for key, value in cfg.env.items():
+        if value is not None:
+            if key not in env_cfg:
+                fail("eval", f"env.{key}={value!r} is not allowed: the checkpoint's env ({env_cfg.id}) has no {key}")
+            env_cfg[key] = value
+    try:
+        validate_env(env_cfg)
+    except ConfigError as exc:
+        fail("eval", str(exc))
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.video:
+        video = out_dir / "video.mp4"
+        result = record_episodes(model, env_cfg, cfg.num_episodes, cfg.seed, str(video), cfg.video_fps,
+                                 cfg.deterministic)
+    else:
+        video = None
+        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, cfg.deterministic)
+
+    for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
+        print(f"episode {i + 1}: return {ret:g}, length {length} agent steps")
+    returns = np.asarray(result.returns)
+    print(f"{env_cfg.id}: return {returns.mean():.2f} ± {returns.std():.2f} (min {returns.min():g}, "
+          f"max {returns.max():g}) over {len(returns)} episodes, "
+          f"{'greedy' if cfg.deterministic else 'sampled'} actions, checkpoint at {state['agent_steps']} agent steps")
+    results = {
+        "mean_return": float(returns.mean()), "std_return": float(returns.std()),
+        "min": float(returns.min()), "max": float(returns.max()), "n_episodes": len(returns),
+        "returns": result.returns, "lengths": result.lengths,
+        "deterministic": bool(cfg.deterministic), "checkpoint": str(Path(cfg.ckpt).resolve()),
+        "env_id": env_cfg.id, "agent_steps": int(state["agent_steps"]), "seed": int(cfg.seed),
+        "video": str(video) if video else None,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    log.info("results in %s", out_dir / "results.json")

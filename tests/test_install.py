@@ -1,0 +1,33 @@
+"""A non-editable install (a built wheel) finds its configs and runs from another directory."""
+
+import os
+import subprocess
+import sys
+
+from conftest import REPO, TINY_CARTPOLE, run_distrl
+
+from distrl.checkpoint import load_checkpoint
+
+
+def test_wheel_install_runs_from_another_directory(tmp_path):
+    wheel_dir, site = tmp_path / "wheel", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(wheel_dir), str(REPO)], check=True, cwd=tmp_path, capture_output=True)
+    wheels = list(wheel_dir.glob("distrl-*.whl"))
+    assert len(wheels) == 1
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    str(wheels[0])], check=True, capture_output=True)
+    env = {"PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import distrl; print(distrl.__file__)"], cwd=tmp_path,
+                           env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(site)), where
+    assert (site / "distrl" / "conf" / "env" / "atari.yaml").is_file()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = run_distrl(["train", *TINY_CARTPOLE, "train.num_train_steps=500", "train.num_eval_episodes=1"],
+                      cwd=elsewhere, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = list((elsewhere / "outputs").glob("*/*/checkpoints/latest.pt"))
+    assert len(runs) == 1
+    assert load_checkpoint(runs[0])["agent_steps"] >= 500
