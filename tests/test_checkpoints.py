@@ -101,7 +101,7 @@ def test_rerunning_in_the_same_run_dir_resumes(tmp_path):
     first = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"]
     done = run_distrl([*common, "train.num_train_steps=2000"])
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "resumed at" in done.stdout
+    assert f"resumed at {first} agent steps" in done.stdout
     assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] >= 2000
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [r["agent_steps"] for r in records if "losses/total" in r]
