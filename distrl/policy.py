@@ -23,6 +23,11 @@ from torch import nn
 CoreState = tuple[torch.Tensor, ...]
 
 
+def _to_float_image(obs: torch.Tensor) -> torch.Tensor:
+    """``[N, C, H, W] uint8`` -> float32 in [0, 1], channels-last (about 20% faster convs on CPU)."""
+    return obs.contiguous(memory_format=torch.channels_last).float().div_(255.0)
+
+
 class NatureCNN(nn.Module):
     """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015)."""
 
@@ -39,7 +44,7 @@ class NatureCNN(nn.Module):
         self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(obs.float() / 255.0))
+        return self.fc(self.convs(_to_float_image(obs)))
 
 
 class _ResidualBlock(nn.Module):
@@ -74,7 +79,7 @@ class ImpalaResNet(nn.Module):
         self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(obs.float() / 255.0))
+        return self.fc(self.convs(_to_float_image(obs)))
 
 
 class MLP(nn.Module):
@@ -143,6 +148,8 @@ class ActorCritic(nn.Module):
         if cfg.init_fn == "orthogonal":
             nn.init.orthogonal_(self.policy.weight, gain=0.01)
             nn.init.orthogonal_(self.baseline.weight, gain=1.0)
+        if len(self.obs_shape) == 3:
+            self.to(memory_format=torch.channels_last)
 
     def initial_state(self, batch_size: int) -> CoreState:
         """Zero LSTM state ``(h, c)``, each ``[1, B, feature_dim]``; ``()`` without LSTM."""

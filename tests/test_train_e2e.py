@@ -41,7 +41,9 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
     assert all({"agent_steps", "frames", "time"} <= set(r) for r in records)
 
 
-@pytest.mark.parametrize("overrides", [TINY_PONG, TINY_CARTPOLE], ids=["pong", "cartpole"])
+@pytest.mark.parametrize("overrides", [TINY_PONG, TINY_CARTPOLE, TINY_CARTPOLE + ["model.use_lstm=true"],
+                                       TINY_CARTPOLE + ["env.max_episode_steps=30"]],
+                         ids=["pong", "cartpole", "cartpole-lstm", "cartpole-time-limit"])
 def test_train_end_to_end(overrides, tmp_path):
     run_dir = tmp_path / "run"
     done = run_distrl(["train", *overrides, f"hydra.run.dir={run_dir}"], timeout=240)

@@ -125,30 +125,30 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
         out, core = model.act(obs, first, core)
         episode_return = np.zeros(n, dtype=np.float64)
         episode_length = np.zeros(n, dtype=np.int64)
+        # The unroll is staged in local [n, T+1, ...] tensors (plain slice writes each step),
+        # then copied into the shared slots with one indexed copy per key.
+        stage = {key: torch.zeros((n, *buf[key].shape[1:]), dtype=buf[key].dtype) for key in TIME_KEYS}
 
         while True:
             slots = _take_slots(ctx, held)
-            buf["policy_version"][slots] = ctx.policy_version.value
+            version = ctx.policy_version.value
             if core_before:
-                buf["core_h"][slots] = core_before[0].transpose(0, 1)
-                buf["core_c"][slots] = core_before[1].transpose(0, 1)
-            _write_row(buf, slots, 0, obs, first, out)
+                buf["core_h"].index_copy_(0, slots, core_before[0].transpose(0, 1))
+                buf["core_c"].index_copy_(0, slots, core_before[1].transpose(0, 1))
+            _stage_row(stage, 0, obs, first, out)
             for t in range(T):
                 obs_np, reward, terminated, truncated, info = env.step(out["action"].numpy())
                 ended = terminated | truncated
-                buf["reward"][slots, t] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
-                buf["terminated"][slots, t] = torch.from_numpy(terminated)
-                buf["truncated"][slots, t] = torch.from_numpy(truncated)
+                stage["reward"][:, t] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+                stage["terminated"][:, t] = torch.from_numpy(terminated)
+                stage["truncated"][:, t] = torch.from_numpy(truncated)
+                stage["truncation_value"][:, t] = 0.0
                 if truncated.any():
-                    value = np.zeros(n, dtype=np.float32)
                     index = np.flatnonzero(truncated)
                     final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
                     sub_core = tuple(s[:, index] for s in core)
-                    value[index] = model.act(final, torch.zeros(len(index), dtype=torch.bool), sub_core)[0][
-                        "baseline"].numpy()
-                    buf["truncation_value"][slots, t] = torch.from_numpy(value)
-                else:
-                    buf["truncation_value"][slots, t] = 0.0
+                    no_reset = torch.zeros(len(index), dtype=torch.bool)
+                    stage["truncation_value"][torch.from_numpy(index), t] = model.act(final, no_reset, sub_core)[0]["baseline"]
 
                 episode_return += reward
                 episode_length += 1
@@ -161,7 +161,10 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
                 first = torch.from_numpy(ended)
                 core_before = core
                 out, core = model.act(obs, first, core)
-                _write_row(buf, slots, t + 1, obs, first, out)
+                _stage_row(stage, t + 1, obs, first, out)
+            for key, value in stage.items():
+                buf[key].index_copy_(0, slots, value)
+            buf["policy_version"][slots] = version
             for index in held:
                 ctx.full_queue.put(index)
             held.clear()
@@ -171,9 +174,13 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
         env.close()
 
 
-def _write_row(buf: dict, slots: torch.Tensor, t: int, obs, first, out) -> None:
-    buf["obs"][slots, t] = obs
-    buf["first"][slots, t] = first
-    buf["action"][slots, t] = out["action"]
-    buf["policy_logits"][slots, t] = out["policy_logits"]
-    buf["baseline"][slots, t] = out["baseline"]
+TIME_KEYS = ("obs", "first", "action", "policy_logits", "baseline", "reward", "terminated", "truncated",
+             "truncation_value")
+
+
+def _stage_row(stage: dict, t: int, obs, first, out) -> None:
+    stage["obs"][:, t] = obs
+    stage["first"][:, t] = first
+    stage["action"][:, t] = out["action"]
+    stage["policy_logits"][:, t] = out["policy_logits"]
+    stage["baseline"][:, t] = out["baseline"]

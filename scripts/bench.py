@@ -1,0 +1,336 @@
+"""Throughput benchmark of distrl on this machine, with the same Hydra overrides as ``distrl train``.
+
+    python scripts/bench.py env=atari num_actors=2 envs_per_actor=8
+    python scripts/bench.py --seconds 30 --compile env=atari
+
+Each figure runs for ``--seconds`` of wall time after ``--warmup`` seconds and
+is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
+
+  E  env only: the configured envs with their preprocessing and random actions,
+     spread over the same processes as training (num_actors x envs_per_actor);
+  I  inference only: the actor model's forward pass on the actors' batch shape,
+     one thread per process, in num_actors processes;
+  S  sampling: the real actor processes (env, inference, storage writes) with a
+     learner that only returns slots to the free queue;
+  L  learning: learner updates on full storages with no actors running (T x B per update);
+  T  end to end: the real ``distrl train`` command (agent steps/s and frames/s), with
+     its peak memory (sum of PSS over the process tree) and mean policy lag.
+
+Limit model: P = 1 / (1/E + 1/I + 1/L) for end to end, P_S = 1 / (1/E + 1/I) for sampling;
+the ratios S/P_S and T/P say how close distrl runs to what the parts allow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+import torch.multiprocessing as mp
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from distrl.config import register_configs, resolve_num_actors, resolve_num_storages, validate
+from distrl.hydra_app import config_dir
+
+
+def compose_cfg(overrides: list[str]) -> DictConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    validate(cfg)
+    return cfg
+
+
+# ---------------------------------------------------------------- E and I workers (spawned)
+def _env_worker(env_cfg: dict, num_envs: int, seed: int, warmup: float, seconds: float, out) -> None:
+    from distrl.envs import make_vector_env
+
+    torch.set_num_threads(1)
+    env = make_vector_env(OmegaConf.create(env_cfg), num_envs, num_threads=1)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    n_actions = env.single_action_space.n
+    steps, start = 0, time.perf_counter()
+    measuring = False
+    while True:
+        now = time.perf_counter()
+        if not measuring and now - start >= warmup:
+            measuring, steps, start = True, 0, now
+        if measuring and now - start >= seconds:
+            break
+        env.step(rng.integers(0, n_actions, size=num_envs))
+        steps += num_envs
+    env.close()
+    out.put(steps / (time.perf_counter() - start))
+
+
+def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, warmup: float,
+                      seconds: float, out) -> None:
+    from distrl.policy import ActorCritic
+
+    torch.set_num_threads(1)
+    model = ActorCritic(tuple(obs_shape), num_actions, OmegaConf.create(model_cfg)).eval()
+    if obs_dtype == "uint8":
+        obs = torch.randint(0, 255, (batch, *obs_shape), dtype=torch.uint8)
+    else:
+        obs = torch.randn(batch, *obs_shape)
+    first = torch.zeros(batch, dtype=torch.bool)
+    core = model.initial_state(batch)
+    steps, start, measuring = 0, time.perf_counter(), False
+    while True:
+        now = time.perf_counter()
+        if not measuring and now - start >= warmup:
+            measuring, steps, start = True, 0, now
+        if measuring and now - start >= seconds:
+            break
+        _, core = model.act(obs, first, core)
+        steps += batch
+    out.put(steps / (time.perf_counter() - start))
+
+
+def _run_workers(target, argsets, timeout: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, out), daemon=True) for args in argsets]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join()
+    return float(sum(rates))
+
+
+def bench_env(cfg, spec, args) -> float:
+    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    n = resolve_num_actors(cfg)
+    return _run_workers(_env_worker, [(env_cfg, cfg.envs_per_actor, 1000 * i, args.warmup, args.seconds)
+                                      for i in range(n)], args.warmup + args.seconds + 120)
+
+
+def bench_inference(cfg, spec, args) -> float:
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    n = resolve_num_actors(cfg)
+    dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
+    return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.num_actions, model_cfg,
+                                             cfg.envs_per_actor, args.warmup, args.seconds) for _ in range(n)],
+                        args.warmup + args.seconds + 120)
+
+
+# ---------------------------------------------------------------- S: real actors, null learner
+def bench_sampling(cfg, spec, args) -> float:
+    from distrl.engine.actor import ActorContext, run_actor
+    from distrl.engine.storage import RolloutStorage, rollout_specs
+    from distrl.policy import DistributedActorLearner
+
+    ctx = mp.get_context("spawn")
+    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
+    policy.freeze()
+    specs = rollout_specs(cfg.num_steps, spec.obs_shape,
+                          torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
+                          (1, cfg.model.feature_dim) if cfg.model.use_lstm else None)
+    storage = RolloutStorage(specs, resolve_num_storages(cfg), ctx)
+    stop, episodes, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
+    version = ctx.Value("q", 0)
+    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    procs = []
+    for i in range(resolve_num_actors(cfg)):
+        actx = ActorContext(env_cfg, cfg.num_steps, cfg.envs_per_actor, 1000 * i, policy.actor, storage.buffers,
+                            storage.free_queue, storage.full_queue, episodes, errors, stop, version, os.getpid(),
+                            "WARNING")
+        p = ctx.Process(target=run_actor, args=(i, actx), daemon=True)
+        p.start()
+        procs.append(p)
+    slots, start, measuring = 0, time.perf_counter(), False
+    try:
+        while True:
+            now = time.perf_counter()
+            if not measuring and now - start >= args.warmup + 10:  # + process start-up
+                measuring, slots, start = True, 0, now
+            if measuring and now - start >= args.seconds:
+                break
+            try:
+                index = storage.full_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            storage.free_queue.put(index)
+            slots += 1
+            while True:
+                try:
+                    episodes.get_nowait()
+                except queue.Empty:
+                    break
+        rate = slots * cfg.num_steps / (time.perf_counter() - start)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return rate
+
+
+# ---------------------------------------------------------------- L: learner only
+def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
+    from distrl.config import cpu_count, resolve_device
+    from distrl.engine.learner import Learner, make_optimizer, make_scheduler
+    from distrl.engine.storage import RolloutStorage, rollout_specs
+    from distrl.policy import DistributedActorLearner
+
+    threads = cpu_count() if cfg.learner_threads == "auto" else int(cfg.learner_threads)
+    torch.set_num_threads(threads)
+    device = resolve_device(cfg.device)
+    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
+    policy.freeze()
+    steps_per_update = cfg.num_steps * cfg.batch_size
+    optimizer = make_optimizer(policy, cfg.agent)
+    scheduler = make_scheduler(optimizer, steps_per_update, 10**12)
+    learner = Learner(policy, optimizer, scheduler, cfg.agent, device, compile=compile_model)
+    specs = rollout_specs(cfg.num_steps, spec.obs_shape,
+                          torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
+                          (1, cfg.model.feature_dim) if cfg.model.use_lstm else None)
+    storage = RolloutStorage(specs, max(cfg.batch_size, 2), mp.get_context("spawn"))
+    buf = storage.buffers
+    if spec.obs_dtype == np.uint8:
+        buf["obs"].random_(0, 255)
+    else:
+        buf["obs"].normal_()
+    buf["action"].random_(0, spec.num_actions)
+    buf["policy_logits"].normal_()
+    buf["reward"].normal_()
+    indices = list(range(cfg.batch_size))
+    updates, start, measuring = 0, time.perf_counter(), False
+    warmup = args.warmup + (30 if compile_model else 0)
+    while True:
+        now = time.perf_counter()
+        if not measuring and now - start >= warmup:
+            measuring, updates, start = True, 0, now
+        if measuring and now - start >= args.seconds:
+            break
+        learner.update(storage.gather(indices, device))
+        updates += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    rate = updates * steps_per_update / (time.perf_counter() - start)
+    storage.close()
+    return rate
+
+
+# ---------------------------------------------------------------- T: the real command
+def bench_end_to_end(overrides: list[str], spec, args) -> dict:
+    run_dir = Path(tempfile.mkdtemp(prefix="distrl-bench-"))
+    cmd = [sys.executable, "-m", "distrl", "train", *overrides, "train.num_train_steps=1000000000",
+           "train.eval_interval=1000000000", "train.save_interval=1000000000", "train.log_interval=2000",
+           f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True)
+    peak_pss, start = 0, time.time()
+    metrics = run_dir / "metrics.jsonl"
+    warm_at = None
+    while proc.poll() is None:
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            total = 0
+            for p in tree:
+                try:
+                    total += p.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            peak_pss = max(peak_pss, total)
+        except psutil.NoSuchProcess:
+            break
+        if warm_at is None and metrics.exists() and "losses/total" in metrics.read_text():
+            warm_at = time.time() + args.warmup
+        if warm_at is not None and time.time() >= warm_at + args.seconds:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+        if time.time() - start > args.warmup + args.seconds + 300:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise RuntimeError("end-to-end run did not start training in time")
+        time.sleep(0.5)
+    _, err = proc.communicate(timeout=120)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    logs = [r for r in records if "charts/SPS" in r and r["time"] >= warm_at]
+    if len(logs) < 2:
+        raise RuntimeError(f"too few log records after warm-up; stderr:\n{err[-2000:]}")
+    sps = (logs[-1]["agent_steps"] - logs[0]["agent_steps"]) / (logs[-1]["time"] - logs[0]["time"])
+    lag = float(np.mean([r["charts/policy_lag"] for r in logs]))
+    return {"T": sps, "T_frames": sps * spec.frameskip, "peak_pss_gib": peak_pss / 2**30, "policy_lag": lag,
+            "run_dir": str(run_dir)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured wall time per figure")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--compile", action="store_true", help="also measure L with train.th_compile=true")
+    parser.add_argument("--only", default="EISLT", help="which figures, e.g. EIL")
+    args, overrides = parser.parse_known_args()
+    cfg = compose_cfg(overrides)
+    from distrl.envs import env_spec
+
+    spec = env_spec(cfg.env)
+    machine = {"cpu": platform.processor() or _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
+               "python": platform.python_version(), "device": cfg.device}
+    setup = {"env": cfg.env.id, "num_actors": resolve_num_actors(cfg), "envs_per_actor": cfg.envs_per_actor,
+             "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder, "overrides": overrides}
+    print(json.dumps({"machine": machine, "setup": setup}), flush=True)
+    figures: dict[str, float] = {}
+
+    def emit(name: str, value, **extra) -> None:
+        figures[name] = value
+        print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), **extra}), flush=True)
+
+    if "E" in args.only:
+        emit("E", bench_env(cfg, spec, args))
+    if "I" in args.only:
+        emit("I", bench_inference(cfg, spec, args))
+    if "S" in args.only:
+        emit("S", bench_sampling(cfg, spec, args))
+    if "L" in args.only:
+        emit("L", bench_learner(cfg, spec, args))
+        if args.compile:
+            emit("L_compiled", bench_learner(cfg, spec, args, compile_model=True))
+    if "T" in args.only:
+        end = bench_end_to_end(overrides, spec, args)
+        emit("T", end["T"], frames_per_s=round(end["T_frames"], 1), peak_pss_gib=round(end["peak_pss_gib"], 2),
+             policy_lag=round(end["policy_lag"], 2))
+    rows = [(k, f"{v:,.0f}") for k, v in figures.items()]
+    if {"E", "I"} <= set(figures):
+        p_s = 1 / (1 / figures["E"] + 1 / figures["I"])
+        rows.append(("P_S", f"{p_s:,.0f}"))
+        if "S" in figures:
+            rows.append(("S/P_S", f"{figures['S'] / p_s:.2f}"))
+        if "L" in figures:
+            p = 1 / (1 / figures["E"] + 1 / figures["I"] + 1 / figures["L"])
+            rows.append(("P", f"{p:,.0f}"))
+            if "T" in figures:
+                rows.append(("T/P", f"{figures['T'] / p:.2f}"))
+        print(json.dumps({"summary": {k: v for k, v in rows}}), flush=True)
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v:>10}" for k, v in rows))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
