@@ -148,7 +148,8 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
                     final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
                     sub_core = tuple(s[:, index] for s in core)
                     no_reset = torch.zeros(len(index), dtype=torch.bool)
-                    stage["truncation_value"][torch.from_numpy(index), t] = model.act(final, no_reset, sub_core)[0]["baseline"]
+                    values = model.act(final, no_reset, sub_core)[0]["baseline"]
+                    stage["truncation_value"][torch.from_numpy(index), t] = values
 
                 episode_return += reward
                 episode_length += 1
