@@ -104,12 +104,12 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"
     num_steps: int = 80  # unroll length T
-    num_actors: Any = "auto"  # int >= 1, or auto: one per core
+    num_actors: Any = "auto"  # int >= 1, or auto (see resolve_num_actors)
     num_learners: int = 1
     num_storages: Any = "auto"  # int, or auto: 2 x environments stepping at once + batch_size
     batch_size: int = 8  # B
     envs_per_actor: int = 8
-    learner_threads: Any = "auto"  # torch threads of the learner; auto: the cores left by actors
+    learner_threads: Any = "auto"  # torch threads of the learner process; auto: the cores the actors leave
     log_level: str = "INFO"
     resume: Any = "auto"  # auto: continue from the run dir's latest.pt if any | false | a checkpoint or run dir
 
@@ -188,8 +188,26 @@ def _auto_or_positive_int(value: Any, key: str) -> None:
 
 
 def resolve_num_actors(cfg: DictConfig) -> int:
-    """``num_actors`` as an int: ``auto`` is one actor process per available core."""
-    return cpu_count() if cfg.num_actors == "auto" else int(cfg.num_actors)
+    """``num_actors`` as an int.
+
+    ``auto``: with the learner on CUDA, one actor process per available core but one
+    (kept for the trainer process); with the learner on the CPU, half the cores (at
+    least 1), since on CPU the learner needs as many cores as the actors
+    (README, "Throughput").
+    """
+    if cfg.num_actors != "auto":
+        return int(cfg.num_actors)
+    cores = cpu_count()
+    if resolve_device(cfg.device).type == "cuda":
+        return max(1, cores - 1)
+    return max(1, cores // 2)
+
+
+def resolve_learner_threads(cfg: DictConfig) -> int:
+    """``learner_threads`` as an int: ``auto`` is the cores the actors leave (at least 1)."""
+    if cfg.learner_threads != "auto":
+        return int(cfg.learner_threads)
+    return max(1, cpu_count() - resolve_num_actors(cfg))
 
 
 def resolve_num_storages(cfg: DictConfig) -> int:

@@ -183,13 +183,12 @@ def bench_sampling(cfg, spec, args) -> float:
 
 # ---------------------------------------------------------------- L: learner only
 def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
-    from distrl.config import cpu_count, resolve_device
+    from distrl.config import resolve_device, resolve_learner_threads
     from distrl.engine.learner import Learner, make_optimizer, make_scheduler
     from distrl.engine.storage import RolloutStorage, rollout_specs
     from distrl.policy import DistributedActorLearner
 
-    threads = cpu_count() if cfg.learner_threads == "auto" else int(cfg.learner_threads)
-    torch.set_num_threads(threads)
+    torch.set_num_threads(resolve_learner_threads(cfg))
     device = resolve_device(cfg.device)
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
     policy.freeze()

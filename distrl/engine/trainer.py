@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import distrl
 from distrl import checkpoint
-from distrl.config import cpu_count, resolve_device, resolve_num_actors, resolve_num_storages
+from distrl.config import resolve_device, resolve_learner_threads, resolve_num_actors, resolve_num_storages
 from distrl.engine.actor import ActorContext, run_actor
 from distrl.engine.evaluator import EvalResult, evaluate
 from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_scheduler, run_learner_thread
@@ -173,7 +173,7 @@ class DistributedTrainer:
                      cfg.train.num_train_steps)
             return dict(self.counters)
         threads_before = torch.get_num_threads()
-        learner_threads = cpu_count() if cfg.learner_threads == "auto" else int(cfg.learner_threads)
+        learner_threads = resolve_learner_threads(cfg)
         torch.set_num_threads(learner_threads)
         log.info("%s", self.policy.describe())
         log.info(
