@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.checkpoint import CheckpointError, load_checkpoint
-from distrl.config import ConfigError, register_configs, validate_env, validate_eval
+from distrl.config import ConfigError, register_configs, resolve_device, validate_env, validate_eval
 from distrl.hydra_app import checked, config_dir, fail
 
 log = logging.getLogger("distrl")
@@ -61,13 +61,14 @@ def main(cfg: DictConfig) -> None:
         fail("eval", str(exc))
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    device = resolve_device(cfg.device)
     if cfg.video:
         video = out_dir / "video.mp4"
         result = record_episodes(model, env_cfg, cfg.num_episodes, cfg.seed, str(video), cfg.video_fps,
-                                 cfg.deterministic)
+                                 cfg.deterministic, device=device)
     else:
         video = None
-        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, cfg.deterministic)
+        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, cfg.deterministic, device=device)
 
     for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
         print(f"episode {i + 1}: return {ret:g}, length {length} agent steps")

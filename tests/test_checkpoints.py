@@ -175,3 +175,19 @@ def test_sigkill_during_frequent_saves_leaves_a_loadable_latest(tmp_path):
             time.sleep(0.2)
         else:
             pytest.fail(f"child {child} outlived its SIGKILLed parent")
+
+
+def test_init_model_path_loads_weights_only(cartpole_run, tmp_path):
+    from distrl.engine.trainer import DistributedTrainer
+
+    path = cartpole_run / "checkpoints" / "latest.pt"
+    state = load_checkpoint(path)
+    cfg = compose_train(TINY_CARTPOLE + [f"train.init_model_path={path}"])
+    trainer = DistributedTrainer(cfg, tmp_path / "finetune", progress=False)
+    for name, value in trainer.policy.learner.state_dict().items():
+        torch.testing.assert_close(value, state["model"][name])
+    for name, value in trainer.policy.actor.state_dict().items():  # published to the actors too
+        torch.testing.assert_close(value, state["model"][name])
+    assert trainer.counters["agent_steps"] == 0 and trainer.counters["updates"] == 0
+    assert trainer.optimizer.state_dict()["state"] == {}
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.agent.lr)

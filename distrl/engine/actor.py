@@ -126,7 +126,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
         episode_return = np.zeros(n, dtype=np.float64)
         episode_length = np.zeros(n, dtype=np.int64)
         # The unroll is staged in local [n, T+1, ...] tensors (plain slice writes each step),
-        # then copied into the shared slots with one indexed copy per key.
+        # then copied into the shared slots once per unroll.
         stage = {key: torch.zeros((n, *buf[key].shape[1:]), dtype=buf[key].dtype) for key in TIME_KEYS}
 
         while True:
@@ -163,8 +163,9 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
                 core_before = core
                 out, core = model.act(obs, first, core)
                 _stage_row(stage, t + 1, obs, first, out)
-            for key, value in stage.items():
-                buf[key].index_copy_(0, slots, value)
+            for key, value in stage.items():  # per-slot memcpy: index_copy_ is ~15x slower on uint8
+                for i, slot in enumerate(held):
+                    buf[key][slot].copy_(value[i])
             buf["policy_version"][slots] = version
             for index in held:
                 ctx.full_queue.put(index)

@@ -39,7 +39,8 @@ class EvalResult:
 
 @torch.no_grad()
 def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: int,
-             deterministic: bool = False, stop: Callable[[], bool] = lambda: False) -> EvalResult:
+             deterministic: bool = False, stop: Callable[[], bool] = lambda: False,
+             device: torch.device | str = "cpu") -> EvalResult:
     """Play ``num_episodes`` episodes with a CPU copy of ``model``.
 
     Args:
@@ -49,8 +50,9 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         seed: seed of the first evaluation environment.
         deterministic: greedy actions instead of sampling from the policy.
         stop: polled every step; when it returns True the episodes finished so far are returned.
+        device: where the frozen copy runs its forward passes.
     """
-    frozen = copy.deepcopy(model).cpu().eval()
+    frozen = copy.deepcopy(model).to(device).eval()
     num_envs = min(num_episodes, MAX_PARALLEL_ENVS)
     quota = np.array([num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)])
     env = make_vector_env(env_cfg, num_envs, num_threads=1)
@@ -63,8 +65,9 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         episode_return = np.zeros(num_envs)
         episode_length = np.zeros(num_envs, dtype=np.int64)
         while quota.sum() > 0 and not stop():
-            out, core = frozen.act(torch.from_numpy(np.asarray(obs)), first, core, deterministic)
-            obs, reward, terminated, truncated, _ = env.step(out["action"].numpy())
+            obs_t = torch.from_numpy(np.asarray(obs)).to(device)
+            out, core = frozen.act(obs_t, first.to(device), core, deterministic)
+            obs, reward, terminated, truncated, _ = env.step(out["action"].cpu().numpy())
             ended = terminated | truncated
             episode_return += reward
             episode_length += 1
@@ -83,7 +86,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
 
 @torch.no_grad()
 def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: int, video_path: str,
-                    fps: int = 30, deterministic: bool = False) -> EvalResult:
+                    fps: int = 30, deterministic: bool = False, device: torch.device | str = "cpu") -> EvalResult:
     """Play ``num_episodes`` episodes one after another on one rendering env and write them,
     frame by frame (one frame per agent step), to the MP4 file ``video_path``.
 
@@ -94,7 +97,7 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
 
     from distrl.envs import make_render_env
 
-    frozen = copy.deepcopy(model).cpu().eval()
+    frozen = copy.deepcopy(model).to(device).eval()
     env = make_render_env(env_cfg)
     returns: list[float] = []
     lengths: list[int] = []
@@ -107,7 +110,8 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
             writer.append_data(env.render())
             total, length, ended = 0.0, 0, False
             while not ended:
-                out, core = frozen.act(torch.from_numpy(np.asarray(obs)).unsqueeze(0), first, core, deterministic)
+                obs_t = torch.from_numpy(np.asarray(obs)).unsqueeze(0).to(device)
+                out, core = frozen.act(obs_t, first.to(device), core, deterministic)
                 obs, reward, terminated, truncated, _ = env.step(int(out["action"][0]))
                 writer.append_data(env.render())
                 total += float(reward)
