@@ -275,6 +275,8 @@ def validate_eval(cfg: DictConfig) -> None:
     Raises:
         ConfigError: the first bad value, naming its key and what is allowed.
     """
+    if OmegaConf.is_missing(cfg, "ckpt"):
+        raise ConfigError("ckpt is missing: give the checkpoint to score, e.g. distrl eval ckpt=PATH/latest.pt")
     _check(cfg.num_episodes >= 1, "num_episodes", cfg.num_episodes, "must be an integer >= 1")
     _check(cfg.video_fps >= 1, "video_fps", cfg.video_fps, "must be an integer >= 1")
     _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))

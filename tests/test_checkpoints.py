@@ -128,6 +128,12 @@ class _Evil:
         return (open, (self.marker, "w"))
 
 
+def test_eval_without_ckpt_says_so(tmp_path):
+    done = run_distrl(["eval", f"hydra.run.dir={tmp_path}/eval"], timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "ckpt is missing" in done.stderr
+
+
 @pytest.mark.parametrize("case", ["missing", "directory", "truncated", "not_distrl", "pickled"])
 def test_bad_checkpoints_are_refused(case, cartpole_run, tmp_path):
     marker = tmp_path / "EXECUTED"

@@ -112,3 +112,16 @@ def test_multirun_gives_one_complete_run_per_job(tmp_path):
         state = load_checkpoint(sweep / job / "checkpoints" / "latest.pt")
         assert state["config"]["seed"] == seed
         check_run(sweep / job, 1000)
+
+
+def test_an_actor_that_raises_stops_the_run_with_the_cause(tmp_path):
+    run_dir = tmp_path / "run"
+    tests_dir = str(Path(__file__).resolve().parent)
+    done = run_distrl(["train", *TINY_CARTPOLE, "env.id=failing_env:FailsAfterSteps-v0",
+                       "train.num_train_steps=1000000", f"hydra.run.dir={run_dir}"],
+                      env={"PYTHONPATH": tests_dir}, timeout=120)
+    assert done.returncode == 1
+    assert "actor" in done.stderr and "the emulator broke at step" in done.stderr, done.stderr[-3000:]
+    assert done.alive_children() == []
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] >= 0
+    assert "the emulator broke" in (run_dir / "actors.log").read_text()

@@ -44,6 +44,8 @@ class ActorContext:
         policy_version: shared counter of learner updates.
         parent_pid: the trainer's pid; the actor exits when it is gone.
         log_level: logging level name for this process.
+        log_file: a file this process also logs to (resolved by the parent: Hydra's
+            logging setup does not reach spawned children), or None.
     """
 
     env_cfg: dict
@@ -60,6 +62,7 @@ class ActorContext:
     policy_version: Any
     parent_pid: int
     log_level: str = "INFO"
+    log_file: str | None = None
 
 
 class _Stopped(Exception):
@@ -69,7 +72,11 @@ class _Stopped(Exception):
 def run_actor(actor_id: int, ctx: ActorContext) -> None:
     """Process entry point: run :func:`act` and report any exception on ``error_queue``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=ctx.log_level, format=f"[%(asctime)s][actor {actor_id}][%(levelname)s] %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if ctx.log_file:
+        handlers.append(logging.FileHandler(ctx.log_file))
+    logging.basicConfig(level=ctx.log_level, handlers=handlers,
+                        format=f"[%(asctime)s][actor {actor_id}][%(levelname)s] - %(message)s")
     torch.set_num_threads(1)
     held: list[int] = []
     try:
@@ -77,15 +84,19 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
     except _Stopped:
         pass
     except Exception:
+        log.exception("actor %d failed", actor_id)
         ctx.error_queue.put((actor_id, traceback.format_exc()))
         raise SystemExit(1) from None
     finally:
+        orphaned = os.getppid() != ctx.parent_pid
         for index in held:
             ctx.free_queue.put(index)
-        ctx.free_queue.close()
-        ctx.full_queue.close()
-        ctx.free_queue.join_thread()
-        ctx.full_queue.join_thread()
+        for q in (ctx.free_queue, ctx.full_queue, ctx.episode_queue, ctx.error_queue):
+            q.close()
+            if orphaned:  # nobody reads any more: never block on a full pipe
+                q.cancel_join_thread()
+            else:
+                q.join_thread()
 
 
 def _should_stop(ctx: ActorContext) -> bool:

@@ -234,6 +234,7 @@ class DistributedTrainer:
                 full_queue=self.storage.full_queue, episode_queue=self.episode_queue,
                 error_queue=self.error_queue, stop_event=self.stop_event,
                 policy_version=self.policy_version, parent_pid=os.getpid(), log_level=cfg.log_level,
+                log_file=str(self.run_dir / "actors.log"),
             )
             process = self.ctx.Process(target=run_actor, args=(actor_id, ctx), name=f"distrl-actor-{actor_id}",
                                        daemon=True)
@@ -361,22 +362,31 @@ class DistributedTrainer:
         lost = self.num_storages - len(self.free_indices)
         if lost or len(set(self.free_indices)) != len(self.free_indices):
             log.warning("storage accounting: %d of %d slots not returned", lost, self.num_storages)
-        if outcome == "done" and self.cfg.train.num_eval_episodes > 0:
-            self.eval_stop.clear()
-            with self.learner.lock:
-                model = copy.deepcopy(self.policy.learner).cpu()
-            self.counters["last_eval_step"] = self.counters["agent_steps"]
-            self._log_eval(self._evaluate(model, self.cfg.seed * 100_003 + 77_777), self.counters["agent_steps"])
-        if outcome != "failed":  # after a learner error the optimizer state may be half-updated
-            self.save()
+        try:
+            if outcome != "failed":  # after a learner error the optimizer state may be half-updated
+                self.save()
+            if outcome == "done" and self.cfg.train.num_eval_episodes > 0:
+                self._final_eval()
+        finally:
+            self._close()
+        log.info("training %s at %d agent steps (%d frames), %d updates", outcome, self.counters["agent_steps"],
+                 self.counters["agent_steps"] * self.spec.frameskip, self.counters["updates"])
+
+    def _final_eval(self) -> None:
+        """Evaluate the final weights (the checkpoint is already safe), then save the result with them."""
+        self.eval_stop.clear()
+        model = copy.deepcopy(self.policy.learner).cpu()
+        self.counters["last_eval_step"] = self.counters["agent_steps"]
+        self._log_eval(self._evaluate(model, self.cfg.seed * 100_003 + 77_777), self.counters["agent_steps"])
+        self.save()
+
+    def _close(self) -> None:
         self.telemetry.close()
         self.storage.close()
         for q in (self.episode_queue, self.error_queue):
             _drain(q)
             q.close()
             q.join_thread()
-        log.info("training %s at %d agent steps (%d frames), %d updates", outcome, self.counters["agent_steps"],
-                 self.counters["agent_steps"] * self.spec.frameskip, self.counters["updates"])
 
     def _stop_actors(self) -> None:
         deadline = time.monotonic() + ACTOR_JOIN_SECONDS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -9,9 +11,19 @@ from omegaconf import DictConfig
 
 
 def id_error(env_id: str) -> str | None:
-    """Why ``env_id`` is not a usable Gymnasium id for this env kind, or None."""
+    """Why ``env_id`` is not a usable Gymnasium id for this env kind, or None.
+
+    ``module:EnvId`` (Gymnasium's syntax) imports ``module`` first, so that it can
+    register a custom env; the actor processes import it the same way.
+    """
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return f"cannot import module {module!r} ({exc})"
     if env_id not in gym.registry:
-        return "not a registered Gymnasium id (e.g. CartPole-v1, Acrobot-v1, LunarLander-v3)"
+        return "not a registered Gymnasium id (e.g. CartPole-v1, Acrobot-v1, or module:MyEnv-v0)"
     if "game" in gym.spec(env_id).kwargs:
         return "an ALE Atari id: use env=atari env.id=" + env_id
     return None

@@ -1,0 +1,29 @@
+"""A real Gymnasium env that raises after a few steps, to test how the trainer handles an actor that raises.
+
+Registered as ``FailsAfterSteps-v0``; use ``env.id=failing_env:FailsAfterSteps-v0`` with ``tests/`` on the path.
+"""
+
+import gymnasium as gym
+import numpy as np
+
+
+class FailsAfterSteps(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, fail_at: int = 300):
+        self.fail_at = fail_at
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= self.fail_at:
+            raise RuntimeError(f"the emulator broke at step {self.steps}")
+        return np.zeros(3, np.float32), 1.0, self.steps % 50 == 0, False, {}
+
+
+gym.register("FailsAfterSteps-v0", entry_point=FailsAfterSteps)
