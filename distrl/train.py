@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distrl.checkpoint import CheckpointError, find_resume_checkpoint, load_checkpoint
-from distrl.config import register_configs, validate
+from distrl.config import ConfigError, register_configs, validate
 from distrl.hydra_app import checked, config_dir, fail
 
 log = logging.getLogger("distrl")
@@ -38,7 +38,7 @@ def main(cfg: DictConfig) -> None:
         resume_path = find_resume_checkpoint(cfg.resume, run_dir)
         resume_state = load_checkpoint(resume_path) if resume_path else None
         trainer = DistributedTrainer(cfg, run_dir, resume_state=resume_state)
-    except CheckpointError as exc:
+    except (CheckpointError, ConfigError) as exc:
         fail("train", str(exc))
     if resume_path:
         log.info("resuming from %s", resume_path)

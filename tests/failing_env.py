@@ -11,8 +11,9 @@ class FailsAfterSteps(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
-    def __init__(self, fail_at: int = 300):
+    def __init__(self, fail_at: int = 300, render_mode=None):
         self.fail_at = fail_at
+        self.render_mode = render_mode
         self.steps = 0
 
     def reset(self, *, seed=None, options=None):

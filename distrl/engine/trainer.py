@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import distrl
 from distrl import checkpoint
-from distrl.config import resolve_device, resolve_learner_threads, resolve_num_actors, resolve_num_storages
+from distrl.config import ConfigError, resolve_device, resolve_learner_threads, resolve_num_actors, resolve_num_storages
 from distrl.engine.actor import ActorContext, run_actor
 from distrl.engine.evaluator import EvalResult, evaluate
 from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_scheduler, run_learner_thread
@@ -70,6 +70,7 @@ class DistributedTrainer:
 
     Raises:
         checkpoint.CheckpointError: ``resume_state`` does not fit this config (names the mismatch).
+        ConfigError: the environment cannot be created.
 
     Attributes after :meth:`train`: ``counters`` (agent_steps, updates, ...),
     ``free_indices`` (every slot index found free after shutdown, sorted).
@@ -84,7 +85,11 @@ class DistributedTrainer:
         self.num_actors = resolve_num_actors(cfg)
         self.num_storages = resolve_num_storages(cfg)
         self.steps_per_update = cfg.num_steps * cfg.batch_size
-        self.spec = env_spec(cfg.env)
+        try:
+            self.spec = env_spec(cfg.env)
+        except Exception as exc:
+            raise ConfigError(f"env.id={cfg.env.id!r} is not allowed: creating it failed: "
+                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
         self.ctx = mp.get_context("spawn")
 
         torch.manual_seed(cfg.seed)
