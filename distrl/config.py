@@ -169,11 +169,11 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 
 def _positive_int(cfg: DictConfig, key: str) -> None:
-    value = cfg_select(cfg, key)
+    value = _select(cfg, key)
     _check(isinstance(value, int) and value > 0, key, value, "must be an integer >= 1")
 
 
-def cfg_select(cfg: DictConfig, key: str) -> Any:
+def _select(cfg: DictConfig, key: str) -> Any:
     node: Any = cfg
     for part in key.split("."):
         node = node[part]

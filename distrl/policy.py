@@ -28,23 +28,31 @@ def _to_float_image(obs: torch.Tensor) -> torch.Tensor:
     return obs.contiguous(memory_format=torch.channels_last).float().div_(255.0)
 
 
-class NatureCNN(nn.Module):
-    """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015)."""
+class _ConvEncoder(nn.Module):
+    """Convolutions, flattened, then a ReLU fully connected layer of ``feature_dim``."""
 
-    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int):
+    def __init__(self, convs: nn.Module, obs_shape: tuple[int, ...], feature_dim: int):
         super().__init__()
-        self.convs = nn.Sequential(
-            nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-            nn.Flatten(),
-        )
+        self.convs = convs
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
         self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(_to_float_image(obs)))
+
+
+class NatureCNN(_ConvEncoder):
+    """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int):
+        convs = nn.Sequential(
+            nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )
+        super().__init__(convs, obs_shape, feature_dim)
 
 
 class _ResidualBlock(nn.Module):
@@ -57,11 +65,10 @@ class _ResidualBlock(nn.Module):
         return x + self.conv1(F.relu(self.conv0(F.relu(x))))
 
 
-class ImpalaResNet(nn.Module):
+class ImpalaResNet(_ConvEncoder):
     """``[N, C, H, W] uint8`` -> ``[N, feature_dim]`` (Espeholt et al. 2018, Fig. 3)."""
 
     def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, channels=(16, 32, 32)):
-        super().__init__()
         layers: list[nn.Module] = []
         in_channels = obs_shape[0]
         for out_channels in channels:
@@ -73,13 +80,7 @@ class ImpalaResNet(nn.Module):
             ]
             in_channels = out_channels
         layers += [nn.ReLU(), nn.Flatten()]
-        self.convs = nn.Sequential(*layers)
-        with torch.no_grad():
-            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
-        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(_to_float_image(obs)))
+        super().__init__(nn.Sequential(*layers), obs_shape, feature_dim)
 
 
 class MLP(nn.Module):

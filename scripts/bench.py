@@ -54,6 +54,18 @@ def compose_cfg(overrides: list[str]) -> DictConfig:
 
 
 # ---------------------------------------------------------------- E and I workers (spawned)
+def _rate(step, warmup: float, seconds: float) -> float:
+    """Call ``step()`` (it returns the agent steps it did) for ``warmup`` + ``seconds``;
+    the agent steps per second of the measured part."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < warmup:
+        step()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += step()
+    return steps / (time.perf_counter() - start)
+
+
 def _env_worker(env_cfg: dict, num_envs: int, seed: int, warmup: float, seconds: float, out) -> None:
     from distrl.envs import make_vector_env
 
@@ -62,18 +74,13 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, warmup: float, seconds:
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     n_actions = env.single_action_space.n
-    steps, start = 0, time.perf_counter()
-    measuring = False
-    while True:
-        now = time.perf_counter()
-        if not measuring and now - start >= warmup:
-            measuring, steps, start = True, 0, now
-        if measuring and now - start >= seconds:
-            break
+
+    def step() -> int:
         env.step(rng.integers(0, n_actions, size=num_envs))
-        steps += num_envs
+        return num_envs
+
+    out.put(_rate(step, warmup, seconds))
     env.close()
-    out.put(steps / (time.perf_counter() - start))
 
 
 def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, warmup: float,
@@ -88,16 +95,12 @@ def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: di
         obs = torch.randn(batch, *obs_shape)
     first = torch.zeros(batch, dtype=torch.bool)
     core = model.initial_state(batch)
-    steps, start, measuring = 0, time.perf_counter(), False
-    while True:
-        now = time.perf_counter()
-        if not measuring and now - start >= warmup:
-            measuring, steps, start = True, 0, now
-        if measuring and now - start >= seconds:
-            break
-        _, core = model.act(obs, first, core)
-        steps += batch
-    out.put(steps / (time.perf_counter() - start))
+
+    def step() -> int:
+        model.act(obs, first, core)
+        return batch
+
+    out.put(_rate(step, warmup, seconds))
 
 
 def _run_workers(target, argsets, timeout: float) -> float:
@@ -209,19 +212,12 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
     buf["policy_logits"].normal_()
     buf["reward"].normal_()
     indices = list(range(cfg.batch_size))
-    updates, start, measuring = 0, time.perf_counter(), False
-    warmup = args.warmup + (30 if compile_model else 0)
-    while True:
-        now = time.perf_counter()
-        if not measuring and now - start >= warmup:
-            measuring, updates, start = True, 0, now
-        if measuring and now - start >= args.seconds:
-            break
-        learner.update(storage.gather(indices, device))
-        updates += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    rate = updates * steps_per_update / (time.perf_counter() - start)
+
+    def step() -> int:
+        learner.update(storage.gather(indices, device))  # .item() of the losses synchronises CUDA
+        return steps_per_update
+
+    rate = _rate(step, args.warmup + (30 if compile_model else 0), args.seconds)
     storage.close()
     return rate
 
