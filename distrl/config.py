@@ -38,6 +38,7 @@ class AtariEnvConfig:
     full_action_space: bool = False
     use_fire_reset: bool = False
     max_episode_steps: int = 27000  # agent steps (= 108,000 frames at frameskip 4)
+    async_step: bool = True  # vector backend: step half of an actor's envs while it infers on the other half
 
 
 @dataclass

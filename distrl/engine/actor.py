@@ -103,19 +103,58 @@ def _should_stop(ctx: ActorContext) -> bool:
     return ctx.stop_event.is_set() or os.getppid() != ctx.parent_pid
 
 
-def _take_slots(ctx: ActorContext, held: list[int]) -> torch.Tensor:
-    while len(held) < ctx.num_envs:
+def _take_slot(ctx: ActorContext) -> int:
+    while True:
         if _should_stop(ctx):
             raise _Stopped
         try:
-            held.append(ctx.free_queue.get(timeout=POLL_SECONDS))
+            return ctx.free_queue.get(timeout=POLL_SECONDS)
         except queue.Empty:
             continue
-    return torch.as_tensor(held, dtype=torch.int64)
+
+
+class _Stepper:
+    """One interface over the two kinds of vector env: ``send`` actions for the envs of the
+    last batch, ``recv`` the next batch as ``(env_ids, obs, reward, terminated, truncated, info)``.
+
+    ale-py's ``AtariVectorEnv`` has real ``send``/``recv``: with ``batch_size = num_envs / 2``
+    its thread steps one half of the envs while the actor runs inference on the other half.
+    Gymnasium's synchronous vector env steps all envs in ``recv``.
+    """
+
+    def __init__(self, env, num_envs: int):
+        self.env = env
+        self.native = hasattr(env, "send") and hasattr(env, "recv")
+        self.all_ids = np.arange(num_envs)
+        self.actions = None
+
+    def reset(self, seed: int):
+        obs, info = self.env.reset(seed=seed)
+        ids = np.asarray(info["env_id"], dtype=np.int64) if self.native else self.all_ids
+        return ids, obs
+
+    def send(self, actions: np.ndarray) -> None:
+        if self.native:
+            self.env.send(actions)
+        else:
+            self.actions = actions
+
+    def recv(self):
+        if self.native:
+            obs, reward, terminated, truncated, info = self.env.recv()
+            return np.asarray(info["env_id"], dtype=np.int64), obs, reward, terminated, truncated, info
+        obs, reward, terminated, truncated, info = self.env.step(self.actions)
+        return self.all_ids, obs, reward, terminated, truncated, info
 
 
 def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     """Fill storage slots with unrolls until stopped.
+
+    Each environment has its own slot and row counter; a batch of environments
+    (all of them, or half with ``env.async_step``) is stepped, its rewards and
+    episode ends written to the current rows, the model run on the new
+    observations, and their rows advanced. An environment whose slot reaches
+    row T hands it to the learners and starts the next slot with that row.
 
     ``held`` is kept equal to the slot indices this actor owns, so the caller
     can return them on any exit.
@@ -126,74 +165,107 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
 
     env_cfg = OmegaConf.create(ctx.env_cfg)
     n, T, model, buf = ctx.num_envs, ctx.num_steps, ctx.model, ctx.buffers
-    env = make_vector_env(env_cfg, n, num_threads=1)
+    async_step = bool(env_cfg.get("async_step", False)) and n >= 2
+    env = make_vector_env(env_cfg, n, num_threads=1, async_step=async_step)
+    stepper = _Stepper(env, n)
+    # Each env's unroll is staged in local [n, T+1, ...] tensors (small writes each step),
+    # then copied into its shared slot once per unroll.
+    stage = {key: torch.zeros((n, *buf[key].shape[1:]), dtype=buf[key].dtype) for key in TIME_KEYS}
+    row = np.zeros(n, dtype=np.int64)
+    slot_of = np.full(n, -1, dtype=np.int64)
+    version_of = np.zeros(n, dtype=np.int64)
+    core = model.initial_state(n)
+    core_before = core  # LSTM state before each env's latest observation
+    episode_return = np.zeros(n, dtype=np.float64)
+    episode_length = np.zeros(n, dtype=np.int64)
+    acted = np.zeros(n, dtype=bool)  # with async_step, half the envs first arrive from a recv
     try:
-        obs_np, _ = env.reset(seed=ctx.seed)
-        obs = torch.from_numpy(np.asarray(obs_np))
-        first = torch.ones(n, dtype=torch.bool)
-        core = model.initial_state(n)
-        core_before = core
-        out, core = model.act(obs, first, core)
-        episode_return = np.zeros(n, dtype=np.float64)
-        episode_length = np.zeros(n, dtype=np.int64)
-        # The unroll is staged in local [n, T+1, ...] tensors (plain slice writes each step),
-        # then copied into the shared slots once per unroll.
-        stage = {key: torch.zeros((n, *buf[key].shape[1:]), dtype=buf[key].dtype) for key in TIME_KEYS}
-
+        ids, obs_np = stepper.reset(ctx.seed)
+        first = torch.ones(len(ids), dtype=torch.bool)
         while True:
-            slots = _take_slots(ctx, held)
-            version = ctx.policy_version.value
-            if core_before:
-                buf["core_h"].index_copy_(0, slots, core_before[0].transpose(0, 1))
-                buf["core_c"].index_copy_(0, slots, core_before[1].transpose(0, 1))
-            _stage_row(stage, 0, obs, first, out)
-            for t in range(T):
-                obs_np, reward, terminated, truncated, info = env.step(out["action"].numpy())
-                ended = terminated | truncated
-                stage["reward"][:, t] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
-                stage["terminated"][:, t] = torch.from_numpy(terminated)
-                stage["truncated"][:, t] = torch.from_numpy(truncated)
-                stage["truncation_value"][:, t] = 0.0
-                if truncated.any():
-                    index = np.flatnonzero(truncated)
-                    final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
-                    sub_core = tuple(s[:, index] for s in core)
-                    no_reset = torch.zeros(len(index), dtype=torch.bool)
-                    values = model.act(final, no_reset, sub_core)[0]["baseline"]
-                    stage["truncation_value"][torch.from_numpy(index), t] = values
+            ids_t = torch.from_numpy(ids)
+            obs = torch.from_numpy(np.asarray(obs_np))
+            sub_core = tuple(c[:, ids_t] for c in core)
+            out, new_core = model.act(obs, first, sub_core)
+            if core:
+                core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
+                core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
+            rows = torch.from_numpy(row[ids])
+            _stage_row(stage, ids_t, rows, obs, first, out)
+            for i in ids:
+                if row[i] == T:
+                    _finish_slot(ctx, held, stage, slot_of, version_of, int(i))
+                    row[i] = 0
+                if slot_of[i] < 0:
+                    _start_slot(ctx, held, slot_of, version_of, core_before, int(i))
+            stepper.send(out["action"].numpy())
+            acted[ids] = True
 
-                episode_return += reward
-                episode_length += 1
-                for i in np.flatnonzero(ended):
-                    ctx.episode_queue.put((actor_id, float(episode_return[i]), int(episode_length[i])))
-                episode_return[ended] = 0.0
-                episode_length[ended] = 0
+            ids, obs_np, reward, terminated, truncated, info = stepper.recv()
+            if not acted[ids].all():  # the reset observations of the envs not yet acted on
+                first = torch.ones(len(ids), dtype=torch.bool)
+                continue
+            ids_t = torch.from_numpy(ids)
+            rows = torch.from_numpy(row[ids])
+            ended = terminated | truncated
+            stage["reward"][ids_t, rows] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            stage["terminated"][ids_t, rows] = torch.from_numpy(terminated)
+            stage["truncated"][ids_t, rows] = torch.from_numpy(truncated)
+            stage["truncation_value"][ids_t, rows] = 0.0
+            if truncated.any():
+                k = torch.from_numpy(np.flatnonzero(truncated))
+                final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
+                final_core = tuple(c[:, ids_t[k]] for c in core)
+                no_reset = torch.zeros(len(k), dtype=torch.bool)
+                values = model.act(final, no_reset, final_core)[0]["baseline"]
+                stage["truncation_value"][ids_t[k], rows[k]] = values
 
-                obs = torch.from_numpy(np.asarray(obs_np))
-                first = torch.from_numpy(ended)
-                core_before = core
-                out, core = model.act(obs, first, core)
-                _stage_row(stage, t + 1, obs, first, out)
-            for key, value in stage.items():  # per-slot memcpy: index_copy_ is ~15x slower on uint8
-                for i, slot in enumerate(held):
-                    buf[key][slot].copy_(value[i])
-            buf["policy_version"][slots] = version
-            for index in held:
-                ctx.full_queue.put(index)
-            held.clear()
-            if _should_stop(ctx):
-                raise _Stopped
+            episode_return[ids] += reward
+            episode_length[ids] += 1
+            for i in ids[ended]:
+                ctx.episode_queue.put((actor_id, float(episode_return[i]), int(episode_length[i])))
+            episode_return[ids[ended]] = 0.0
+            episode_length[ids[ended]] = 0
+            row[ids] += 1
+            first = torch.from_numpy(ended)
     finally:
         env.close()
+
+
+def _start_slot(ctx, held, slot_of, version_of, core_before, i: int) -> None:
+    """Give env ``i`` a free slot whose row 0 is the row the env has just staged."""
+    slot = _take_slot(ctx)
+    held.append(slot)
+    slot_of[i] = slot
+    version_of[i] = ctx.policy_version.value
+    if core_before:
+        ctx.buffers["core_h"][slot].copy_(core_before[0][:, i])
+        ctx.buffers["core_c"][slot].copy_(core_before[1][:, i])
+
+
+def _finish_slot(ctx, held, stage, slot_of, version_of, i: int) -> None:
+    """Copy env ``i``'s staged unroll into its slot, hand the slot to the learners and
+    move the last row to row 0 for the next slot."""
+    slot = int(slot_of[i])
+    buf = ctx.buffers
+    for key, value in stage.items():  # a plain memcpy per key: index_copy_ is ~15x slower on uint8
+        buf[key][slot].copy_(value[i])
+        value[i, 0] = value[i, -1]
+    buf["policy_version"][slot] = int(version_of[i])
+    held.remove(slot)
+    ctx.full_queue.put(slot)
+    slot_of[i] = -1
+    if _should_stop(ctx):
+        raise _Stopped
 
 
 TIME_KEYS = ("obs", "first", "action", "policy_logits", "baseline", "reward", "terminated", "truncated",
              "truncation_value")
 
 
-def _stage_row(stage: dict, t: int, obs, first, out) -> None:
-    stage["obs"][:, t] = obs
-    stage["first"][:, t] = first
-    stage["action"][:, t] = out["action"]
-    stage["policy_logits"][:, t] = out["policy_logits"]
-    stage["baseline"][:, t] = out["baseline"]
+def _stage_row(stage: dict, ids: torch.Tensor, rows: torch.Tensor, obs, first, out) -> None:
+    stage["obs"][ids, rows] = obs
+    stage["first"][ids, rows] = first
+    stage["action"][ids, rows] = out["action"]
+    stage["policy_logits"][ids, rows] = out["policy_logits"]
+    stage["baseline"][ids, rows] = out["baseline"]

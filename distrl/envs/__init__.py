@@ -38,16 +38,19 @@ def known_env_id_error(kind: str, env_id: str) -> str | None:
     return (atari if kind == "atari" else gym_env).id_error(env_id)
 
 
-def make_vector_env(env_cfg: DictConfig, num_envs: int, num_threads: int = 1):
+def make_vector_env(env_cfg: DictConfig, num_envs: int, num_threads: int = 1, async_step: bool = False):
     """Build ``num_envs`` environments as one ``SameStep`` vector env.
 
     Args:
         env_cfg: the ``env`` node of the config.
         num_envs: how many sub-environments.
         num_threads: worker threads of ale-py's native vector env (Atari only).
+        async_step: ale-py's vector env returns half of the envs per ``recv`` (``batch_size
+            = num_envs / 2``), so that they step while the caller works on the other half.
+            Ignored for other envs and odd ``num_envs``.
     """
     if env_cfg.kind == "atari":
-        return atari.make_vector_env(env_cfg, num_envs, num_threads)
+        return atari.make_vector_env(env_cfg, num_envs, num_threads, async_step)
     return gym_env.make_vector_env(env_cfg, num_envs)
 
 

@@ -41,14 +41,16 @@ def id_error(env_id: str) -> str | None:
     return None
 
 
-def make_vector_env(cfg: DictConfig, num_envs: int, num_threads: int = 1):
-    """``num_envs`` preprocessed Atari games in one ``SameStep`` vector env."""
+def make_vector_env(cfg: DictConfig, num_envs: int, num_threads: int = 1, async_step: bool = False):
+    """``num_envs`` preprocessed Atari games in one ``SameStep`` vector env (see
+    :func:`distrl.envs.make_vector_env` for ``async_step``)."""
     if cfg.backend == "vector":
         from ale_py.vector_env import AtariVectorEnv
 
         return AtariVectorEnv(
             rom_name(cfg.id),
             num_envs,
+            batch_size=num_envs // 2 if async_step and num_envs % 2 == 0 else 0,
             num_threads=num_threads,
             max_num_frames_per_episode=cfg.max_episode_steps * cfg.frameskip,
             repeat_action_probability=cfg.repeat_action_probability,

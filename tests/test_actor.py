@@ -1,0 +1,108 @@
+"""What an actor writes into the storages is one environment's trajectory, row by row.
+
+Runs the real actor loop on real Pong games (in a thread of the test process),
+then checks every filled slot against facts that only hold if the rows line up:
+the frame stack shifts by one frame per step within an episode, ``first`` follows
+the previous step's episode end, the behaviour logits are the model's output on
+that row's observation, and each slot's row 0 repeats its env's previous row T.
+"""
+
+import os
+import queue
+import threading
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import compose_train
+from omegaconf import OmegaConf
+
+from distrl.engine.actor import ActorContext, act
+from distrl.engine.storage import RolloutStorage, rollout_specs
+from distrl.envs import env_spec
+from distrl.policy import DistributedActorLearner
+
+T, N_ENVS, SLOTS_WANTED = 12, 4, 48
+
+
+def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
+    cfg = compose_train(["env=atari", f"num_steps={T}", f"envs_per_actor={N_ENVS}", *overrides])
+    spec = env_spec(cfg.env)
+    torch.manual_seed(0)
+    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
+    policy.freeze()
+    ctx = mp.get_context("spawn")
+    core_shape = (1, cfg.model.feature_dim) if cfg.model.use_lstm else None
+    storage = RolloutStorage(rollout_specs(T, spec.obs_shape, torch.uint8, spec.num_actions, core_shape),
+                             3 * N_ENVS, ctx)
+    stop = ctx.Event()
+    actor_ctx = ActorContext(
+        OmegaConf.to_container(cfg.env, resolve=True), T, N_ENVS, 7, policy.actor, storage.buffers,
+        storage.free_queue, storage.full_queue, ctx.Queue(), ctx.Queue(), stop, ctx.Value("q", 0), os.getppid(),
+    )
+    held: list[int] = []
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            act(0, actor_ctx, held)
+        except BaseException as exc:  # _Stopped ends the loop
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    slots = []
+    deadline = time.monotonic() + 120
+    while len(slots) < SLOTS_WANTED:
+        assert not errors, errors
+        assert time.monotonic() < deadline, f"only {len(slots)} slots in 120 s"
+        try:
+            index = storage.full_queue.get(timeout=1)
+        except queue.Empty:
+            continue
+        slots.append({k: v[index].clone() for k, v in storage.buffers.items()})
+        storage.free_queue.put(index)
+    stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert [type(e).__name__ for e in errors] == ["_Stopped"]
+    return slots, policy
+
+
+@pytest.mark.parametrize("overrides", [
+    ["env.max_episode_steps=30"],
+    ["env.max_episode_steps=30", "env.async_step=false"],
+    ["env.max_episode_steps=30", "model.use_lstm=true", "model.feature_dim=32"],
+], ids=["default", "synchronous", "lstm"])
+def test_slots_hold_contiguous_trajectories(overrides):
+    slots, policy = collect(overrides)
+    ends = 0
+    for slot in slots:
+        obs, first = slot["obs"], slot["first"]
+        ended = slot["terminated"] | slot["truncated"]
+        assert torch.equal(first[1:], ended[:-1])
+        for t in range(T):
+            if not first[t + 1]:
+                assert torch.equal(obs[t + 1][:-1], obs[t][1:]), f"frame stack breaks at row {t + 1}"
+        ends += int(ended[:-1].sum())
+        # The learner's view: the stored initial LSTM state and `first` flags reproduce the behaviour policy.
+        core = (slot["core_h"].unsqueeze(1), slot["core_c"].unsqueeze(1)) if "core_h" in slot else ()
+        with torch.no_grad():
+            logits, baseline, _ = policy.actor(obs.unsqueeze(1), first.unsqueeze(1), core)
+        torch.testing.assert_close(slot["policy_logits"], logits[:, 0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(slot["baseline"], baseline[:, 0], rtol=1e-4, atol=1e-4)
+        truncated_rows = slot["truncated"][:-1] & ~slot["terminated"][:-1]
+        assert (slot["truncation_value"][:-1][truncated_rows] != 0).all()
+        assert (slot["truncation_value"][:-1][~truncated_rows] == 0).all()
+    assert ends > 0  # the 30-step time limit put episode ends into the slots
+
+    # Each slot's row 0 is its env's previous slot's row T (the first slot of each env excepted).
+    continued = 0
+    for k, slot in enumerate(slots):
+        for earlier in slots[:k]:
+            if (torch.equal(earlier["obs"][T], slot["obs"][0]) and earlier["action"][T] == slot["action"][0]
+                    and torch.equal(earlier["policy_logits"][T], slot["policy_logits"][0])):
+                continued += 1
+                break
+    assert continued == len(slots) - N_ENVS
