@@ -41,7 +41,7 @@ import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config import register_configs, resolve_num_actors, resolve_num_storages, validate
+from distrl.config import actor_env_config, register_configs, resolve_num_actors, resolve_num_storages, validate
 from distrl.hydra_app import config_dir
 
 
@@ -146,7 +146,7 @@ def bench_sampling(cfg, spec, args) -> float:
     storage = RolloutStorage(specs, resolve_num_storages(cfg), ctx)
     stop, episodes, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
     version = ctx.Value("q", 0)
-    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    env_cfg = actor_env_config(cfg)
     procs = []
     for i in range(resolve_num_actors(cfg)):
         actx = ActorContext(env_cfg, cfg.num_steps, cfg.envs_per_actor, 1000 * i, policy.actor, storage.buffers,

@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import compose_train
-from omegaconf import OmegaConf
 
+from distrl.config import actor_env_config
 from distrl.engine.actor import ActorContext, act
 from distrl.engine.storage import RolloutStorage, rollout_specs
 from distrl.envs import env_spec
@@ -38,7 +38,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
                              3 * N_ENVS, ctx)
     stop = ctx.Event()
     actor_ctx = ActorContext(
-        OmegaConf.to_container(cfg.env, resolve=True), T, N_ENVS, 7, policy.actor, storage.buffers,
+        actor_env_config(cfg), T, N_ENVS, 7, policy.actor, storage.buffers,
         storage.free_queue, storage.full_queue, ctx.Queue(), ctx.Queue(), stop, ctx.Value("q", 0), os.getppid(),
     )
     held: list[int] = []
@@ -71,10 +71,10 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
 
 
 @pytest.mark.parametrize("overrides", [
-    ["env.max_episode_steps=30"],
+    ["env.max_episode_steps=30", "env.async_step=true"],
     ["env.max_episode_steps=30", "env.async_step=false"],
     ["env.max_episode_steps=30", "model.use_lstm=true", "model.feature_dim=32"],
-], ids=["default", "synchronous", "lstm"])
+], ids=["async", "synchronous", "lstm"])
 def test_slots_hold_contiguous_trajectories(overrides):
     slots, policy = collect(overrides)
     ends = 0

@@ -71,6 +71,7 @@ BAD = [
     (["model=mlp"], "model.encoder"),
     (["env=cartpole", "model=nature_cnn"], "model.encoder"),
     (["agent.discount=1.5"], "agent.discount"),
+    (["env.async_step=sometimes"], "env.async_step"),
     (["agent.lr=0"], "agent.lr"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
 ]

@@ -31,7 +31,14 @@ from omegaconf import DictConfig, OmegaConf
 
 import distrl
 from distrl import checkpoint
-from distrl.config import ConfigError, resolve_device, resolve_learner_threads, resolve_num_actors, resolve_num_storages
+from distrl.config import (
+    ConfigError,
+    actor_env_config,
+    resolve_device,
+    resolve_learner_threads,
+    resolve_num_actors,
+    resolve_num_storages,
+)
 from distrl.engine.actor import ActorContext, run_actor
 from distrl.engine.evaluator import EvalResult, evaluate
 from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_scheduler, run_learner_thread
@@ -230,7 +237,7 @@ class DistributedTrainer:
     # ----------------------------------------------------------------- processes
     def _start(self) -> None:
         cfg = self.cfg
-        env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+        env_cfg = actor_env_config(cfg)
         for actor_id in range(self.num_actors):
             ctx = ActorContext(
                 env_cfg=env_cfg, num_steps=cfg.num_steps, num_envs=cfg.envs_per_actor,
