@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -27,14 +28,15 @@ T, N_ENVS, SLOTS_WANTED = 12, 4, 48
 
 
 def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
-    cfg = compose_train(["env=atari", f"num_steps={T}", f"envs_per_actor={N_ENVS}", *overrides])
+    cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze()
     ctx = mp.get_context("spawn")
     core_shape = (1, cfg.model.feature_dim) if cfg.model.use_lstm else None
-    storage = RolloutStorage(rollout_specs(T, spec.obs_shape, torch.uint8, spec.num_actions, core_shape),
+    obs_dtype = torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32
+    storage = RolloutStorage(rollout_specs(T, spec.obs_shape, obs_dtype, spec.num_actions, core_shape),
                              3 * N_ENVS, ctx)
     stop = ctx.Event()
     actor_ctx = ActorContext(
@@ -76,7 +78,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
     ["env.max_episode_steps=30", "model.use_lstm=true", "model.feature_dim=32"],
 ], ids=["async", "synchronous", "lstm"])
 def test_slots_hold_contiguous_trajectories(overrides):
-    slots, policy = collect(overrides)
+    slots, policy = collect(["env=atari", *overrides])
     ends = 0
     for slot in slots:
         obs, first = slot["obs"], slot["first"]
