@@ -270,6 +270,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--compile", action="store_true", help="also measure L with train.th_compile=true")
     parser.add_argument("--only", default="EISLT", help="which figures, e.g. EIL")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of E, I, S, L (interleaved, so that a machine whose speed drifts "
+                             "affects every figure alike); each figure is the median of its rounds")
     args, overrides = parser.parse_known_args()
     cfg = compose_cfg(overrides)
     from distrl.envs import env_spec
@@ -286,16 +289,20 @@ def main() -> None:
         figures[name] = value
         print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), **extra}), flush=True)
 
-    if "E" in args.only:
-        emit("E", bench_env(cfg, spec, args))
-    if "I" in args.only:
-        emit("I", bench_inference(cfg, spec, args))
-    if "S" in args.only:
-        emit("S", bench_sampling(cfg, spec, args))
-    if "L" in args.only:
-        emit("L", bench_learner(cfg, spec, args))
-        if args.compile:
-            emit("L_compiled", bench_learner(cfg, spec, args, compile_model=True))
+    parts = [("E", lambda: bench_env(cfg, spec, args)), ("I", lambda: bench_inference(cfg, spec, args)),
+             ("S", lambda: bench_sampling(cfg, spec, args)), ("L", lambda: bench_learner(cfg, spec, args))]
+    rounds: dict[str, list[float]] = {}
+    for repeat in range(args.repeats):
+        for name, measure in parts:
+            if name in args.only:
+                value = measure()
+                rounds.setdefault(name, []).append(value)
+                print(json.dumps({"round": repeat + 1, "figure": name, "agent_steps_per_s": round(value, 1)}),
+                      flush=True)
+    for name, values in rounds.items():
+        emit(name, float(np.median(values)), rounds=[round(v, 1) for v in values])
+    if "L" in args.only and args.compile:
+        emit("L_compiled", bench_learner(cfg, spec, args, compile_model=True))
     if "T" in args.only:
         end = bench_end_to_end(overrides, spec, args)
         emit("T", end["T"], frames_per_s=round(end["T_frames"], 1), peak_pss_gib=round(end["peak_pss_gib"], 2),
