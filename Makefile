@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-slow lint bench clean
+.PHONY: help install train test lint bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -25,9 +25,6 @@ train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=va
 
 test: $(STAMP) ## the fast test suite (a few minutes on 2 CPU cores)
 	$(BIN)/python -m pytest $(ARGS)
-
-test-slow: $(STAMP) ## only the long tests
-	$(BIN)/python -m pytest -m slow $(ARGS)
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check distrl tests scripts
