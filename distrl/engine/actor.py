@@ -190,8 +190,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if core:
                 core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
                 core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
-            rows = torch.from_numpy(row[ids])
-            _stage_row(stage, ids_t, rows, obs, first, out)
+            _stage_row(stage, _at(ids, row[ids]), obs, first, out)
             for i in ids:
                 if row[i] == T:
                     _finish_slot(ctx, held, stage, slot_of, version_of, int(i))
@@ -205,20 +204,19 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if not acted[ids].all():  # the reset observations of the envs not yet acted on
                 first = torch.ones(len(ids), dtype=torch.bool)
                 continue
-            ids_t = torch.from_numpy(ids)
-            rows = torch.from_numpy(row[ids])
+            at = _at(ids, row[ids])
             ended = terminated | truncated
-            stage["reward"][ids_t, rows] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
-            stage["terminated"][ids_t, rows] = torch.from_numpy(terminated)
-            stage["truncated"][ids_t, rows] = torch.from_numpy(truncated)
-            stage["truncation_value"][ids_t, rows] = 0.0
+            stage["reward"][at] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            stage["terminated"][at] = torch.from_numpy(terminated)
+            stage["truncated"][at] = torch.from_numpy(truncated)
+            stage["truncation_value"][at] = 0.0
             if truncated.any():
-                k = torch.from_numpy(np.flatnonzero(truncated))
+                k = np.flatnonzero(truncated)
                 final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
-                final_core = tuple(c[:, ids_t[k]] for c in core)
+                final_core = tuple(c[:, torch.from_numpy(ids[k])] for c in core)
                 no_reset = torch.zeros(len(k), dtype=torch.bool)
                 values = model.act(final, no_reset, final_core)[0]["baseline"]
-                stage["truncation_value"][ids_t[k], rows[k]] = values
+                stage["truncation_value"][torch.from_numpy(ids[k]), torch.from_numpy(row[ids[k]])] = values
 
             episode_return[ids] += reward
             episode_length[ids] += 1
@@ -263,9 +261,18 @@ TIME_KEYS = ("obs", "first", "action", "policy_logits", "baseline", "reward", "t
              "truncation_value")
 
 
-def _stage_row(stage: dict, ids: torch.Tensor, rows: torch.Tensor, obs, first, out) -> None:
-    stage["obs"][ids, rows] = obs
-    stage["first"][ids, rows] = first
-    stage["action"][ids, rows] = out["action"]
-    stage["policy_logits"][ids, rows] = out["policy_logits"]
-    stage["baseline"][ids, rows] = out["baseline"]
+def _at(ids: np.ndarray, rows: np.ndarray) -> tuple:
+    """Index of the (env, row) pairs in a ``[n, T+1, ...]`` stage tensor: a slice and an int when
+    the envs are consecutive and at the same row (the usual case, and much cheaper to write
+    through), else two index tensors."""
+    if rows.min() == rows.max() and (len(ids) == 1 or (np.diff(ids) == 1).all()):
+        return slice(int(ids[0]), int(ids[-1]) + 1), int(rows[0])
+    return torch.from_numpy(ids), torch.from_numpy(rows)
+
+
+def _stage_row(stage: dict, at: tuple, obs, first, out) -> None:
+    stage["obs"][at] = obs
+    stage["first"][at] = first
+    stage["action"][at] = out["action"]
+    stage["policy_logits"][at] = out["policy_logits"]
+    stage["baseline"][at] = out["baseline"]
