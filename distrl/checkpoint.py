@@ -112,7 +112,28 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
         CheckpointError: the path is missing or not a file, the file is truncated or
             not a torch file, it holds pickled objects, or it is not a distrl checkpoint.
     """
-    path = Path(path)
+    state = _safe_load(Path(path), map_location)
+    if any(key not in state for key in REQUIRED_KEYS):
+        raise CheckpointError(f"{path}: not a distrl checkpoint (needs keys {', '.join(REQUIRED_KEYS)})")
+    return state
+
+
+def load_weights(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, torch.Tensor]:
+    """The network weights in ``path``: a distrl checkpoint's ``model``, or a bare ``state_dict``
+    (as :meth:`distrl.policy.DistributedActorLearner.save` writes), loaded as safely as
+    :func:`load_checkpoint`.
+
+    Raises:
+        CheckpointError: as :func:`load_checkpoint`, or the file holds no tensors.
+    """
+    state = _safe_load(Path(path), map_location)
+    weights = state["model"] if isinstance(state.get("model"), dict) else state
+    if not weights or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"{path}: holds no network weights")
+    return weights
+
+
+def _safe_load(path: Path, map_location: Any) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path}: no such file")
     if not path.is_file():
@@ -131,8 +152,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path}: not a readable torch checkpoint (truncated or corrupt: {reason})") from None
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
-        raise CheckpointError(f"{path}: not a distrl checkpoint (needs keys {', '.join(REQUIRED_KEYS)})")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a distrl checkpoint (holds a {type(state).__name__}, not a dict)")
     return state
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from distrl.hydra_app import Terminated
+
 USAGE = """usage: distrl <command> [hydra overrides] [-m] [--help]
 
 commands:
@@ -30,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [f"distrl-{command}", *rest]
     try:
         command_main()
-    except KeyboardInterrupt as exc:
-        terminated = type(exc).__name__ == "Terminated"
-        print(f"distrl: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
-        return 143 if terminated else 130
+    except Terminated:
+        print("distrl: terminated", file=sys.stderr)
+        return 143
+    except KeyboardInterrupt:
+        print("distrl: interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -1,4 +1,5 @@
-"""Where the Hydra configs live and how a command reports a bad config."""
+"""Shared by the command mains: where the Hydra configs live, how a command reports a bad config, and the
+SIGTERM stop."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from omegaconf import DictConfig
 from distrl.config import ConfigError
 
 log = logging.getLogger("distrl")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (e.g. a cluster preemption): the same orderly stop as Ctrl-C, exit code 143."""
 
 
 def config_dir() -> str:

@@ -268,10 +268,13 @@ class DistributedActorLearner(nn.Module):
         """Load weights saved by :meth:`save`, or the model of a distrl checkpoint, into both copies.
 
         Raises:
-            RuntimeError: the weights do not fit this network (names the mismatch).
+            distrl.checkpoint.CheckpointError: the file is unsafe or unreadable, or its
+                weights do not fit this network (names the mismatch).
         """
-        state = torch.load(path, map_location=device, weights_only=True)
-        if "model" in state and isinstance(state["model"], dict):
-            state = state["model"]
-        self.learner.load_state_dict(state)
+        from distrl.checkpoint import CheckpointError, load_weights
+
+        try:
+            self.learner.load_state_dict(load_weights(path, device))
+        except RuntimeError as exc:
+            raise CheckpointError(f"{path}: its weights do not fit this model: {str(exc).splitlines()[0]}") from None
         self.publish()

@@ -11,15 +11,11 @@ from omegaconf import DictConfig
 
 from distrl.checkpoint import CheckpointError, find_resume_checkpoint, load_checkpoint
 from distrl.config import ConfigError, register_configs, validate
-from distrl.hydra_app import checked, config_dir, fail
+from distrl.hydra_app import Terminated, checked, config_dir, fail
 
 log = logging.getLogger("distrl")
 
 register_configs()
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (e.g. a cluster preemption): the same orderly stop as Ctrl-C, exit code 143."""
 
 
 def _raise_terminated(signum, frame):

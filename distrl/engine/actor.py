@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from distrl.engine.storage import PER_SLOT_KEYS
+
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
@@ -170,7 +172,8 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     stepper = _Stepper(env, n)
     # Each env's unroll is staged in local [n, T+1, ...] tensors (small writes each step),
     # then copied into its shared slot once per unroll.
-    stage = {key: torch.zeros((n, *buf[key].shape[1:]), dtype=buf[key].dtype) for key in TIME_KEYS}
+    stage = {key: torch.zeros((n, *value.shape[1:]), dtype=value.dtype)
+             for key, value in buf.items() if key not in PER_SLOT_KEYS}
     row = np.zeros(n, dtype=np.int64)
     slot_of = np.full(n, -1, dtype=np.int64)
     version_of = np.zeros(n, dtype=np.int64)
@@ -255,10 +258,6 @@ def _finish_slot(ctx, held, stage, slot_of, version_of, i: int) -> None:
     slot_of[i] = -1
     if _should_stop(ctx):
         raise _Stopped
-
-
-TIME_KEYS = ("obs", "first", "action", "policy_logits", "baseline", "reward", "terminated", "truncated",
-             "truncation_value")
 
 
 def _at(ids: np.ndarray, rows: np.ndarray) -> tuple:

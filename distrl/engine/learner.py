@@ -110,21 +110,18 @@ class Learner:
             self.optimizer.step()
             self.scheduler.step()
             self.policy.publish()
-        return {
-            "total": total.item(),
-            "policy": pg_loss.item(),
-            "value": value_loss.item(),
-            "entropy": entropy_loss.item(),
-            "grad_norm": grad_norm.item(),
-            "learning_rate": learning_rate,
-        }
+        names = ("total", "policy", "value", "entropy", "grad_norm")
+        values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
+        return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate}
 
 
 @dataclass
 class LearnerStats:
     """Counters shared by the learner threads and read by the trainer's schedule.
 
-    ``agent_steps`` are consumed agent steps (``T x B`` per update).
+    ``agent_steps``: agent steps consumed (``T x B`` per update); ``updates``: optimizer steps;
+    ``policy_lag``: learner updates between acting and learning, mean over the last batch;
+    ``last``: the last update's losses (:meth:`Learner.update`) and ``update_seconds``.
     """
 
     agent_steps: int = 0

@@ -27,6 +27,9 @@ import torch
 
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
+# Keys with one value per slot; every other key has T + 1 rows.
+PER_SLOT_KEYS = ("policy_version", "core_h", "core_c")
+
 
 def rollout_specs(
     num_steps: int,
@@ -61,6 +64,17 @@ def rollout_specs(
         specs["core_h"] = (tuple(core_state_shape), torch.float32)
         specs["core_c"] = (tuple(core_state_shape), torch.float32)
     return specs
+
+
+def drain(q, timeout: float = 0.0) -> list:
+    """Take every item currently on queue ``q``; ``timeout`` (seconds) lets items still in a
+    child's pipe arrive."""
+    items = []
+    while True:
+        try:
+            items.append(q.get(timeout=timeout) if timeout else q.get_nowait())
+        except queue.Empty:
+            return items
 
 
 class RolloutStorage:
@@ -112,20 +126,11 @@ class RolloutStorage:
             batch[key] = value.to(device, non_blocking=True) if pin else value
         return batch
 
-    def drain(self, q, timeout: float = 0.05) -> list[int]:
-        """Take every index currently on queue ``q`` (for shutdown and accounting)."""
-        items = []
-        while True:
-            try:
-                items.append(q.get(timeout=timeout))
-            except queue.Empty:
-                return items
-
     def reclaim(self) -> list[int]:
         """After every actor and learner has stopped: move full slots back to free,
         and return the sorted list of all free indices (each exactly once when
         nothing was lost). The indices are put back on the free queue."""
-        indices = self.drain(self.full_queue) + self.drain(self.free_queue)
+        indices = drain(self.full_queue, timeout=0.05) + drain(self.free_queue, timeout=0.05)
         for index in indices:
             self.free_queue.put(index)
         return sorted(indices)

@@ -42,7 +42,7 @@ from distrl.config import (
 from distrl.engine.actor import ActorContext, run_actor
 from distrl.engine.evaluator import EvalResult, evaluate
 from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_scheduler, run_learner_thread
-from distrl.engine.storage import RolloutStorage, rollout_specs
+from distrl.engine.storage import RolloutStorage, drain, rollout_specs
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner
 from distrl.telemetry import Telemetry
@@ -112,10 +112,8 @@ class DistributedTrainer:
         self.scheduler = make_scheduler(self.optimizer, self.steps_per_update, cfg.train.num_train_steps)
         self.learner = Learner(self.policy, self.optimizer, self.scheduler, cfg.agent, self.device,
                                compile=cfg.train.th_compile)
-        self.counters: dict[str, Any] = {
-            "agent_steps": 0, "updates": 0, "last_eval_step": 0, "last_save_step": 0,
-            "best_eval_return": -math.inf,
-        }
+        self.stats = LearnerStats()  # agent steps and updates, advanced by the learner threads
+        self.marks: dict[str, Any] = {"last_eval_step": 0, "last_save_step": 0, "best_eval_return": -math.inf}
         self.free_indices: list[int] = []
         if resume_state is not None:
             self._resume(resume_state)
@@ -128,13 +126,19 @@ class DistributedTrainer:
         self.policy.publish()
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        for key in self.counters:
-            self.counters[key] = state[key]
+        self.stats.agent_steps, self.stats.updates = state["agent_steps"], state["updates"]
+        for key in self.marks:
+            self.marks[key] = state[key]
         # The schedule's position is in agent steps of this run's total budget.
         for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
-            group["lr"] = base_lr * self.scheduler.lr_lambdas[0](self.counters["updates"])
+            group["lr"] = base_lr * self.scheduler.lr_lambdas[0](self.stats.updates)
         checkpoint.set_rng_state(state["rng"])
-        log.info("resumed at %d agent steps, %d updates", self.counters["agent_steps"], self.counters["updates"])
+        log.info("resumed at %d agent steps, %d updates", self.stats.agent_steps, self.stats.updates)
+
+    @property
+    def counters(self) -> dict[str, Any]:
+        """``agent_steps``, ``updates``, ``last_eval_step``, ``last_save_step``, ``best_eval_return``."""
+        return {"agent_steps": self.stats.agent_steps, "updates": self.stats.updates, **self.marks}
 
     # ----------------------------------------------------------------- checkpoints
     def checkpoint_state(self, model_state: dict | None = None) -> dict[str, Any]:
@@ -144,13 +148,14 @@ class DistributedTrainer:
                 model_state = {k: v.detach().cpu().clone() for k, v in self.policy.learner.state_dict().items()}
             optimizer_state = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
             scheduler_state = copy.deepcopy(self.scheduler.state_dict())
+            counters = self.counters
         return {
             "distrl_version": distrl.__version__,
             "model": model_state,
             "optimizer": optimizer_state,
             "scheduler": scheduler_state,
-            **{k: v for k, v in self.counters.items()},
-            "frames": self.counters["agent_steps"] * self.spec.frameskip,
+            **counters,
+            "frames": counters["agent_steps"] * self.spec.frameskip,
             "config": OmegaConf.to_container(self.cfg, resolve=True),
             "rng": checkpoint.rng_state(),
             "obs_shape": list(self.spec.obs_shape),
@@ -159,7 +164,7 @@ class DistributedTrainer:
 
     def save(self) -> Path:
         """Write a checkpoint at the current agent step (atomic, rotated)."""
-        self.counters["last_save_step"] = self.counters["agent_steps"]
+        self.marks["last_save_step"] = self.stats.agent_steps
         path = checkpoint.save_checkpoint(self.checkpoint_state(), self.run_dir / "checkpoints",
                                           keep=self.cfg.train.keep_checkpoints)
         log.info("checkpoint %s", path)
@@ -180,10 +185,10 @@ class DistributedTrainer:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
-        if self.counters["agent_steps"] >= cfg.train.num_train_steps:
-            log.info("nothing to do: the run is at %d of %d agent steps", self.counters["agent_steps"],
+        if self.stats.agent_steps >= cfg.train.num_train_steps:
+            log.info("nothing to do: the run is at %d of %d agent steps", self.stats.agent_steps,
                      cfg.train.num_train_steps)
-            return dict(self.counters)
+            return self.counters
         threads_before = torch.get_num_threads()
         learner_threads = resolve_learner_threads(cfg)
         torch.set_num_threads(learner_threads)
@@ -202,16 +207,15 @@ class DistributedTrainer:
         self.storage = RolloutStorage(specs, self.num_storages, self.ctx)
         log.info("storages: %d slots, %.1f MiB shared memory", self.num_storages, self.storage.nbytes() / 2**20)
         self.telemetry = Telemetry(
-            self.run_dir, cfg.train.num_train_steps, self.counters["agent_steps"], self.spec.frameskip,
+            self.run_dir, cfg.train.num_train_steps, self.stats.agent_steps, self.spec.frameskip,
             hparams=_flatten(OmegaConf.to_container(cfg, resolve=True)), progress=self.progress,
         )
         self.stop_event = self.ctx.Event()
         self.episode_queue = self.ctx.Queue()
         self.error_queue = self.ctx.Queue()
-        self.policy_version = self.ctx.Value("q", self.counters["updates"])
+        self.policy_version = self.ctx.Value("q", self.stats.updates)
         self.learner_stop = threading.Event()
         self.learner_errors: list[BaseException] = []
-        self.stats = LearnerStats(agent_steps=self.counters["agent_steps"], updates=self.counters["updates"])
         self.actors: list = []
         self.learner_threads: list[threading.Thread] = []
         self.eval_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distrl-eval")
@@ -232,7 +236,7 @@ class DistributedTrainer:
         finally:
             self._shutdown(outcome)
             torch.set_num_threads(threads_before)
-        return dict(self.counters)
+        return self.counters
 
     # ----------------------------------------------------------------- processes
     def _start(self) -> None:
@@ -293,8 +297,7 @@ class DistributedTrainer:
             self.learner_stop.wait(TICK_SECONDS)
             self._check_health()
             steps = self.stats.agent_steps
-            self.counters["agent_steps"], self.counters["updates"] = steps, self.stats.updates
-            for _, episode_return, episode_length in _drain(self.episode_queue):
+            for _, episode_return, episode_length in drain(self.episode_queue):
                 recent_returns.append(episode_return)
                 self.telemetry.log({"charts/episodic_return": episode_return,
                                     "charts/episodic_length": episode_length}, steps)
@@ -311,11 +314,11 @@ class DistributedTrainer:
                 self._log_eval(eval_future.result(), eval_step)
                 eval_future = None
             if (eval_future is None and cfg.num_eval_episodes > 0
-                    and steps - self.counters["last_eval_step"] >= cfg.eval_interval
+                    and steps - self.marks["last_eval_step"] >= cfg.eval_interval
                     and steps < cfg.num_train_steps):
-                eval_step = self.counters["last_eval_step"] = steps
+                eval_step = self.marks["last_eval_step"] = steps
                 eval_future = self._start_eval()
-            if steps - self.counters["last_save_step"] >= cfg.save_interval and steps < cfg.num_train_steps:
+            if steps - self.marks["last_save_step"] >= cfg.save_interval and steps < cfg.num_train_steps:
                 self.save()
             self.telemetry.progress(steps, sps, recent_returns[-1] if recent_returns else None)
             if steps >= cfg.num_train_steps:
@@ -340,7 +343,7 @@ class DistributedTrainer:
     def _start_eval(self) -> Future:
         with self.learner.lock:
             model = copy.deepcopy(self.policy.learner).cpu()
-        seed = self.cfg.seed * 100_003 + 50_000 + self.counters["last_eval_step"] % 10_000
+        seed = self.cfg.seed * 100_003 + 50_000 + self.marks["last_eval_step"] % 10_000
         return self.eval_pool.submit(self._evaluate, model, seed)
 
     def _evaluate(self, model, seed: int) -> tuple[EvalResult, dict]:
@@ -354,8 +357,8 @@ class DistributedTrainer:
         self.telemetry.log({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}, step)
         log.info("eval at %d steps: return %.2f +- %.2f over %d episodes", step, result.mean_return,
                  result.std_return, len(result.returns))
-        if result.mean_return > self.counters["best_eval_return"]:
-            self.counters["best_eval_return"] = result.mean_return
+        if result.mean_return > self.marks["best_eval_return"]:
+            self.marks["best_eval_return"] = result.mean_return
             state = self.checkpoint_state(model_state)
             state["agent_steps"], state["frames"] = step, step * self.spec.frameskip
             checkpoint.save_best(state, self.run_dir / "checkpoints")
@@ -369,7 +372,6 @@ class DistributedTrainer:
             thread.join()
         self._stop_actors()
         self.eval_pool.shutdown(wait=True)
-        self.counters["agent_steps"], self.counters["updates"] = self.stats.agent_steps, self.stats.updates
         self.free_indices = self.storage.reclaim()
         lost = self.num_storages - len(self.free_indices)
         if lost or len(set(self.free_indices)) != len(self.free_indices):
@@ -388,15 +390,15 @@ class DistributedTrainer:
         """Evaluate the final weights (the checkpoint is already safe), then save the result with them."""
         self.eval_stop.clear()
         model = copy.deepcopy(self.policy.learner).cpu()
-        self.counters["last_eval_step"] = self.counters["agent_steps"]
-        self._log_eval(self._evaluate(model, self.cfg.seed * 100_003 + 77_777), self.counters["agent_steps"])
+        self.marks["last_eval_step"] = self.stats.agent_steps
+        self._log_eval(self._evaluate(model, self.cfg.seed * 100_003 + 77_777), self.stats.agent_steps)
         self.save()
 
     def _close(self) -> None:
         self.telemetry.close()
         self.storage.close()
         for q in (self.episode_queue, self.error_queue):
-            _drain(q)
+            drain(q)
             q.close()
             q.join_thread()
 
@@ -412,15 +414,6 @@ class DistributedTrainer:
             if process.is_alive():
                 process.kill()
                 process.join()
-
-
-def _drain(q) -> list:
-    items = []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except queue.Empty:
-            return items
 
 
 def _to_cpu(obj: Any) -> Any:
