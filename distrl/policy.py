@@ -273,8 +273,9 @@ class DistributedActorLearner(nn.Module):
         """
         from distrl.checkpoint import CheckpointError, load_weights
 
+        weights = load_weights(path, device)
         try:
-            self.learner.load_state_dict(load_weights(path, device))
+            self.learner.load_state_dict(weights)
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: its weights do not fit this model: {str(exc).splitlines()[0]}") from None
         self.publish()
