@@ -41,7 +41,14 @@ import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config import actor_env_config, register_configs, resolve_num_actors, resolve_num_storages, validate
+from distrl.config import (
+    actor_cpu_affinity,
+    actor_env_config,
+    register_configs,
+    resolve_num_actors,
+    resolve_num_storages,
+    validate,
+)
 from distrl.hydra_app import config_dir
 
 
@@ -66,9 +73,16 @@ def _rate(step, warmup: float, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def _env_worker(env_cfg: dict, num_envs: int, seed: int, warmup: float, seconds: float, out) -> None:
+def _pin(cores) -> None:
+    """Pin this worker as ``distrl train`` pins the actor it stands in for."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+
+
+def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, seconds: float, out) -> None:
     from distrl.envs import make_vector_env
 
+    _pin(cores)
     torch.set_num_threads(1)
     env = make_vector_env(OmegaConf.create(env_cfg), num_envs, num_threads=1)
     env.reset(seed=seed)
@@ -83,10 +97,11 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, warmup: float, seconds:
     env.close()
 
 
-def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, warmup: float,
-                      seconds: float, out) -> None:
+def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, cores,
+                      warmup: float, seconds: float, out) -> None:
     from distrl.policy import ActorCritic
 
+    _pin(cores)
     torch.set_num_threads(1)
     model = ActorCritic(tuple(obs_shape), num_actions, OmegaConf.create(model_cfg)).eval()
     if obs_dtype == "uint8":
@@ -117,17 +132,17 @@ def _run_workers(target, argsets, timeout: float) -> float:
 
 def bench_env(cfg, spec, args) -> float:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
-    n = resolve_num_actors(cfg)
-    return _run_workers(_env_worker, [(env_cfg, cfg.envs_per_actor, 1000 * i, args.warmup, args.seconds)
-                                      for i in range(n)], args.warmup + args.seconds + 120)
+    cores = actor_cpu_affinity(cfg)
+    return _run_workers(_env_worker, [(env_cfg, cfg.envs_per_actor, 1000 * i, cores[i], args.warmup, args.seconds)
+                                      for i in range(len(cores))], args.warmup + args.seconds + 120)
 
 
 def bench_inference(cfg, spec, args) -> float:
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    n = resolve_num_actors(cfg)
+    cores = actor_cpu_affinity(cfg)
     dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
     return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.num_actions, model_cfg,
-                                             cfg.envs_per_actor, args.warmup, args.seconds) for _ in range(n)],
+                                             cfg.envs_per_actor, c, args.warmup, args.seconds) for c in cores],
                         args.warmup + args.seconds + 120)
 
 
@@ -148,10 +163,10 @@ def bench_sampling(cfg, spec, args) -> float:
     version = ctx.Value("q", 0)
     env_cfg = actor_env_config(cfg)
     procs = []
-    for i in range(resolve_num_actors(cfg)):
+    for i, cores in enumerate(actor_cpu_affinity(cfg)):
         actx = ActorContext(env_cfg, cfg.num_steps, cfg.envs_per_actor, 1000 * i, policy.actor, storage.buffers,
                             storage.free_queue, storage.full_queue, episodes, errors, stop, version, os.getpid(),
-                            "WARNING")
+                            "WARNING", cpu_affinity=cores)
         p = ctx.Process(target=run_actor, args=(i, actx), daemon=True)
         p.start()
         procs.append(p)
@@ -281,7 +296,8 @@ def main() -> None:
     machine = {"cpu": platform.processor() or _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
                "python": platform.python_version(), "device": cfg.device}
     setup = {"env": cfg.env.id, "num_actors": resolve_num_actors(cfg), "envs_per_actor": cfg.envs_per_actor,
-             "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder, "overrides": overrides}
+             "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder,
+             "actor_cores": actor_cpu_affinity(cfg), "overrides": overrides}
     print(json.dumps({"machine": machine, "setup": setup}), flush=True)
     figures: dict[str, float] = {}
 

@@ -1,13 +1,14 @@
 """Every config group composes through Hydra's compose API, and validation rejects each bad value
 with its key, before any process starts."""
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import compose_train, run_distrl
 
-from distrl.config import ConfigError, validate
+from distrl.config import ConfigError, actor_cpu_affinity, validate
 from distrl.hydra_app import config_dir
 
 CONF = Path(config_dir())
@@ -72,6 +73,7 @@ BAD = [
     (["env=cartpole", "model=nature_cnn"], "model.encoder"),
     (["agent.discount=1.5"], "agent.discount"),
     (["env.async_step=sometimes"], "env.async_step"),
+    (["pin_actors=sometimes"], "pin_actors"),
     (["agent.lr=0"], "agent.lr"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
 ]
@@ -108,3 +110,15 @@ def test_unknown_keys_and_wrong_types_fail_at_compose_time(args, key, tmp_path):
     assert done.returncode != 0
     assert key in done.stderr and "Traceback" not in done.stderr
     assert not done.children
+
+
+def test_actors_are_pinned_to_the_cores_this_process_may_use():
+    allowed = sorted(os.sched_getaffinity(0))
+    many = len(allowed) + 1  # more actors than cores: round-robin
+    pinned = actor_cpu_affinity(compose_train([f"num_actors={many}", "env.async_step=false"]))
+    assert pinned == [(allowed[i % len(allowed)],) for i in range(many)]
+    # async stepping wants a core for ale-py's env thread: not pinned by default, two cores when asked
+    assert actor_cpu_affinity(compose_train(["num_actors=2", "env.async_step=true"])) == [None, None]
+    two = actor_cpu_affinity(compose_train(["num_actors=1", "env.async_step=true", "pin_actors=true"]))[0]
+    assert set(two) <= set(allowed) and len(two) == min(2, len(allowed))
+    assert actor_cpu_affinity(compose_train(["num_actors=2", "pin_actors=false"])) == [None, None]

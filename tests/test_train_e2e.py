@@ -1,6 +1,7 @@
 """``distrl train`` end to end through the real command on real envs."""
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -93,7 +94,12 @@ def test_a_dead_actor_stops_the_run_with_its_name(tmp_path):
     victim = proc.poll_children()
     actors = [p for p in victim if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in
               " ".join(p.cmdline())]
-    assert actors
+    assert len(actors) == 2
+    # pin_actors=auto with synchronous stepping: each actor on one core of its own (while there are enough)
+    allowed = sorted(os.sched_getaffinity(0))
+    cores = sorted(p.cpu_affinity() for p in actors)
+    assert all(len(c) == 1 and c[0] in allowed for c in cores)
+    assert len(allowed) < 2 or cores[0] != cores[1]
     actors[0].send_signal(signal.SIGKILL)
     done = proc.finish(timeout=60)
     assert done.returncode == 1

@@ -48,6 +48,8 @@ class ActorContext:
         log_level: logging level name for this process.
         log_file: a file this process also logs to (resolved by the parent: Hydra's
             logging setup does not reach spawned children), or None.
+        cpu_affinity: the cores this process (and the env threads it starts) may run on, or
+            None to leave it to the OS (``distrl.config.actor_cpu_affinity``).
     """
 
     env_cfg: dict
@@ -65,6 +67,7 @@ class ActorContext:
     parent_pid: int
     log_level: str = "INFO"
     log_file: str | None = None
+    cpu_affinity: tuple[int, ...] | None = None
 
 
 class _Stopped(Exception):
@@ -74,6 +77,8 @@ class _Stopped(Exception):
 def run_actor(actor_id: int, ctx: ActorContext) -> None:
     """Process entry point: run :func:`act` and report any exception on ``error_queue``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if ctx.cpu_affinity:  # before any thread is started, so that they inherit it
+        os.sched_setaffinity(0, ctx.cpu_affinity)
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if ctx.log_file:
         handlers.append(logging.FileHandler(ctx.log_file))
@@ -170,10 +175,14 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     async_step = bool(env_cfg.get("async_step", False)) and n >= 2
     env = make_vector_env(env_cfg, n, num_threads=1, async_step=async_step)
     stepper = _Stepper(env, n)
-    # Each env's unroll is staged in local [n, T+1, ...] tensors (small writes each step),
-    # then copied into its shared slot once per unroll.
+    # Observations go straight into each env's shared slot (one memcpy per env and step). The
+    # small keys are staged in local [n, T+1, ...] tensors, written a batch at a time, and
+    # copied into the slot once per unroll. Staging the observations too would stream every
+    # frame through memory twice and, with the larger working set, evict the model's weights
+    # from the cache between forward passes.
+    obs_slots = buf["obs"]
     stage = {key: torch.zeros((n, *value.shape[1:]), dtype=value.dtype)
-             for key, value in buf.items() if key not in PER_SLOT_KEYS}
+             for key, value in buf.items() if key not in PER_SLOT_KEYS and key != "obs"}
     row = np.zeros(n, dtype=np.int64)
     slot_of = np.full(n, -1, dtype=np.int64)
     version_of = np.zeros(n, dtype=np.int64)
@@ -193,13 +202,16 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if core:
                 core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
                 core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
-            _stage_row(stage, _at(ids, row[ids]), obs, first, out)
-            for i in ids:
-                if row[i] == T:
-                    _finish_slot(ctx, held, stage, slot_of, version_of, int(i))
-                    row[i] = 0
+            _stage_row(stage, _at(ids, row[ids]), first, out)
+            for j, i in enumerate(ids.tolist()):
                 if slot_of[i] < 0:
-                    _start_slot(ctx, held, slot_of, version_of, core_before, int(i))
+                    _start_slot(ctx, held, slot_of, version_of, core_before, i)
+                obs_slots[int(slot_of[i]), int(row[i])].copy_(obs[j])
+                if row[i] == T:
+                    _finish_slot(ctx, held, stage, slot_of, version_of, i)
+                    row[i] = 0
+                    _start_slot(ctx, held, slot_of, version_of, core_before, i)
+                    obs_slots[int(slot_of[i]), 0].copy_(obs[j])  # row 0 repeats the last slot's row T
             stepper.send(out["action"].numpy())
             acted[ids] = True
 
@@ -245,11 +257,11 @@ def _start_slot(ctx, held, slot_of, version_of, core_before, i: int) -> None:
 
 
 def _finish_slot(ctx, held, stage, slot_of, version_of, i: int) -> None:
-    """Copy env ``i``'s staged unroll into its slot, hand the slot to the learners and
-    move the last row to row 0 for the next slot."""
+    """Copy env ``i``'s staged keys into its slot, hand the slot to the learners and move the
+    last staged row to row 0 for the next slot."""
     slot = int(slot_of[i])
     buf = ctx.buffers
-    for key, value in stage.items():  # a plain memcpy per key: index_copy_ is ~15x slower on uint8
+    for key, value in stage.items():  # a plain memcpy per key (index_copy_ is much slower)
         buf[key][slot].copy_(value[i])
         value[i, 0] = value[i, -1]
     buf["policy_version"][slot] = int(version_of[i])
@@ -264,13 +276,12 @@ def _at(ids: np.ndarray, rows: np.ndarray) -> tuple:
     """Index of the (env, row) pairs in a ``[n, T+1, ...]`` stage tensor: a slice and an int when
     the envs are consecutive and at the same row (the usual case, and much cheaper to write
     through), else two index tensors."""
-    if rows.min() == rows.max() and (len(ids) == 1 or (np.diff(ids) == 1).all()):
+    if (rows == rows[0]).all() and (ids[1:] - ids[:-1] == 1).all():
         return slice(int(ids[0]), int(ids[-1]) + 1), int(rows[0])
     return torch.from_numpy(ids), torch.from_numpy(rows)
 
 
-def _stage_row(stage: dict, at: tuple, obs, first, out) -> None:
-    stage["obs"][at] = obs
+def _stage_row(stage: dict, at: tuple, first, out) -> None:
     stage["first"][at] = first
     stage["action"][at] = out["action"]
     stage["policy_logits"][at] = out["policy_logits"]

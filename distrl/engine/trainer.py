@@ -33,6 +33,7 @@ import distrl
 from distrl import checkpoint
 from distrl.config import (
     ConfigError,
+    actor_cpu_affinity,
     actor_env_config,
     resolve_device,
     resolve_learner_threads,
@@ -242,6 +243,7 @@ class DistributedTrainer:
     def _start(self) -> None:
         cfg = self.cfg
         env_cfg = actor_env_config(cfg)
+        affinity = actor_cpu_affinity(cfg)
         for actor_id in range(self.num_actors):
             ctx = ActorContext(
                 env_cfg=env_cfg, num_steps=cfg.num_steps, num_envs=cfg.envs_per_actor,
@@ -250,7 +252,7 @@ class DistributedTrainer:
                 full_queue=self.storage.full_queue, episode_queue=self.episode_queue,
                 error_queue=self.error_queue, stop_event=self.stop_event,
                 policy_version=self.policy_version, parent_pid=os.getpid(), log_level=cfg.log_level,
-                log_file=str(self.run_dir / "actors.log"),
+                log_file=str(self.run_dir / "actors.log"), cpu_affinity=affinity[actor_id],
             )
             process = self.ctx.Process(target=run_actor, args=(actor_id, ctx), name=f"distrl-actor-{actor_id}",
                                        daemon=True)
