@@ -329,6 +329,9 @@ def main() -> None:
         rows.append(("P_S", f"{p_s:,.0f}"))
         if "S" in figures:
             rows.append(("S/P_S", f"{figures['S'] / p_s:.2f}"))
+            if args.repeats > 1 and all(k in rounds for k in "EIS"):  # each round's own ratio
+                ratios = [s * (1 / e + 1 / i) for e, i, s in zip(rounds["E"], rounds["I"], rounds["S"], strict=True)]
+                rows.append(("S/P_S rounds", " ".join(f"{r:.2f}" for r in ratios)))
         if "L" in figures:
             p = 1 / (1 / figures["E"] + 1 / figures["I"] + 1 / figures["L"])
             rows.append(("P", f"{p:,.0f}"))

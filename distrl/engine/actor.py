@@ -202,16 +202,19 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if core:
                 core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
                 core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
-            _stage_row(stage, _at(ids, row[ids]), first, out)
-            for j, i in enumerate(ids.tolist()):
-                if slot_of[i] < 0:
+            rows = row[ids]
+            _stage_row(stage, _at(ids, rows), first, out)
+            for i in ids[slot_of[ids] < 0].tolist():  # each env's first observation
+                _start_slot(ctx, held, slot_of, version_of, core_before, i)
+            _write_obs(obs_slots, slot_of[ids], rows, obs)
+            at_end = np.flatnonzero(rows == T)
+            if len(at_end):
+                done = ids[at_end]
+                _finish_slots(ctx, held, stage, slot_of, version_of, done)
+                row[done] = 0
+                for i in done.tolist():
                     _start_slot(ctx, held, slot_of, version_of, core_before, i)
-                obs_slots[int(slot_of[i]), int(row[i])].copy_(obs[j])
-                if row[i] == T:
-                    _finish_slot(ctx, held, stage, slot_of, version_of, i)
-                    row[i] = 0
-                    _start_slot(ctx, held, slot_of, version_of, core_before, i)
-                    obs_slots[int(slot_of[i]), 0].copy_(obs[j])  # row 0 repeats the last slot's row T
+                _write_obs(obs_slots, slot_of[done], row[done], obs[at_end])  # row 0 repeats row T
             stepper.send(out["action"].numpy())
             acted[ids] = True
 
@@ -256,20 +259,29 @@ def _start_slot(ctx, held, slot_of, version_of, core_before, i: int) -> None:
         ctx.buffers["core_c"][slot].copy_(core_before[1][:, i])
 
 
-def _finish_slot(ctx, held, stage, slot_of, version_of, i: int) -> None:
-    """Copy env ``i``'s staged keys into its slot, hand the slot to the learners and move the
-    last staged row to row 0 for the next slot."""
-    slot = int(slot_of[i])
+def _finish_slots(ctx, held, stage, slot_of, version_of, envs: np.ndarray) -> None:
+    """Copy the staged keys of ``envs`` (whose slots are at row T) into their slots, hand the
+    slots to the learners and move the last staged row to row 0 for the next slots."""
+    slots = slot_of[envs]
+    slots_t, envs_t = torch.from_numpy(slots), torch.from_numpy(envs)
     buf = ctx.buffers
-    for key, value in stage.items():  # a plain memcpy per key (index_copy_ is much slower)
-        buf[key][slot].copy_(value[i])
-        value[i, 0] = value[i, -1]
-    buf["policy_version"][slot] = int(version_of[i])
-    held.remove(slot)
-    ctx.full_queue.put(slot)
-    slot_of[i] = -1
+    for key, value in stage.items():  # small keys: one indexed copy per key for all envs
+        buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
+        value[envs_t, 0] = value[envs_t, -1]
+    buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(version_of[envs]))
+    for slot in slots.tolist():
+        held.remove(slot)
+        ctx.full_queue.put(slot)
+    slot_of[envs] = -1
     if _should_stop(ctx):
         raise _Stopped
+
+
+def _write_obs(obs_slots: torch.Tensor, slots: np.ndarray, rows: np.ndarray, obs: torch.Tensor) -> None:
+    """``obs_slots[slots[j], rows[j]] = obs[j]``, one memcpy each (an indexed put of uint8
+    images is many times slower)."""
+    for j, (slot, t) in enumerate(zip(slots.tolist(), rows.tolist(), strict=True)):
+        obs_slots[slot, t].copy_(obs[j])
 
 
 def _at(ids: np.ndarray, rows: np.ndarray) -> tuple:
