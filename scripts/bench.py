@@ -272,7 +272,8 @@ def bench_end_to_end(overrides: list[str], spec, args) -> dict:
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     logs = [r for r in records if "charts/SPS" in r and r["time"] >= warm_at]
     if len(logs) < 2:
-        raise RuntimeError(f"too few log records after warm-up; stderr:\n{err[-2000:]}")
+        raise RuntimeError(f"too few log records (one per 2,000 agent steps) after warm-up: give a slow setup "
+                           f"a longer --seconds; stderr:\n{err[-2000:]}")
     sps = (logs[-1]["agent_steps"] - logs[0]["agent_steps"]) / (logs[-1]["time"] - logs[0]["time"])
     lag = float(np.mean([r["charts/policy_lag"] for r in logs]))
     return {"T": sps, "T_frames": sps * spec.frameskip, "peak_pss_gib": peak_pss / 2**30, "policy_lag": lag,
