@@ -88,7 +88,9 @@ def test_ctrl_c_stops_everything(tmp_path):
 
 def test_a_dead_actor_stops_the_run_with_its_name(tmp_path):
     run_dir = tmp_path / "run"
-    proc = DistrlProcess(["train", *TINY_PONG, "train.num_train_steps=10000000", f"hydra.run.dir={run_dir}"])
+    # synchronous stepping (as with a CPU learner) on any machine, so that pin_actors=auto pins
+    proc = DistrlProcess(["train", *TINY_PONG, "env.async_step=false", "train.num_train_steps=10000000",
+                          f"hydra.run.dir={run_dir}"])
     metrics = run_dir / "metrics.jsonl"
     assert proc.wait_for(lambda: metrics.exists() and "losses/total" in metrics.read_text(), timeout=120)
     victim = proc.poll_children()
