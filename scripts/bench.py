@@ -201,11 +201,18 @@ def bench_sampling(cfg, spec, args) -> float:
 
 # ---------------------------------------------------------------- L: learner only
 def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
+    """In a process of its own, like the other figures."""
+    return _run_workers(_learner_worker, [(OmegaConf.to_container(cfg, resolve=True), spec, compile_model,
+                                           args.warmup, args.seconds)], args.warmup + args.seconds + 600)
+
+
+def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float, out) -> None:
     from distrl.config import resolve_device, resolve_learner_threads
     from distrl.engine.learner import Learner, make_optimizer, make_scheduler
     from distrl.engine.storage import RolloutStorage, rollout_specs
     from distrl.policy import DistributedActorLearner
 
+    cfg = OmegaConf.create(cfg_dict)
     torch.set_num_threads(resolve_learner_threads(cfg))
     device = resolve_device(cfg.device)
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
@@ -232,9 +239,9 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
         learner.update(storage.gather(indices, device))  # .item() of the losses synchronises CUDA
         return steps_per_update
 
-    rate = _rate(step, args.warmup + (30 if compile_model else 0), args.seconds)
+    rate = _rate(step, warmup + (30 if compile_model else 0), seconds)
     storage.close()
-    return rate
+    out.put(rate)
 
 
 # ---------------------------------------------------------------- T: the real command
