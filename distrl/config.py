@@ -216,9 +216,9 @@ def resolve_async_step(cfg: DictConfig) -> bool:
     """``env.async_step`` as a bool: ``auto`` is true with the learner on CUDA, false on the CPU.
 
     Stepping half of an actor's Atari envs in ale-py's thread while the actor runs inference on
-    the other half keeps two cores busy per actor: it raises sampling throughput (about 1.5x on
-    the 2-core development machine) but takes the cores a CPU learner needs (end to end fell
-    from 818 to 580 agent steps/s there; README, "Throughput").
+    the other half keeps two cores busy per actor: it raises sampling throughput (about 1.4x on
+    the 2-core development machine) but takes cores a CPU learner needs (end to end it gave
+    757 agent steps/s there against 812 without; README, "Throughput").
     """
     value = cfg.env.get("async_step", False)
     if value == "auto":
