@@ -213,7 +213,10 @@ def resolve_learner_threads(cfg: DictConfig) -> int:
 
 
 def resolve_async_step(cfg: DictConfig) -> bool:
-    """``env.async_step`` as a bool: ``auto`` is true with the learner on CUDA, false on the CPU.
+    """Whether actors step their envs asynchronously: ``env.async_step`` (``auto`` is true with
+    the learner on CUDA, false on the CPU), and only where it can happen, i.e. the ``vector``
+    Atari backend with an even ``envs_per_actor`` (each half steps while the other is inferred);
+    otherwise stepping is synchronous whatever the key says.
 
     Stepping half of an actor's Atari envs in ale-py's thread while the actor runs inference on
     the other half keeps two cores busy per actor: it raises sampling throughput (about 1.4x on
@@ -222,13 +225,14 @@ def resolve_async_step(cfg: DictConfig) -> bool:
     """
     value = cfg.env.get("async_step", False)
     if value == "auto":
-        return resolve_device(cfg.device).type == "cuda"
-    return bool(value)
+        value = resolve_device(cfg.device).type == "cuda"
+    possible = cfg.env.get("backend") == "vector" and cfg.envs_per_actor % 2 == 0
+    return bool(value) and possible
 
 
 def actor_cpu_affinity(cfg: DictConfig) -> list[tuple[int, ...] | None]:
-    """The cores each actor process is pinned to (``os.sched_setaffinity``), or None per actor
-    where it is not pinned.
+    """The cores each actor process is pinned to (``os.sched_setaffinity``): one entry per actor,
+    a tuple of core ids, or None where the actor is not pinned.
 
     ``pin_actors=auto`` pins when env stepping is synchronous and not with ``env.async_step``
     (whose env thread should run on a core of its own). A pinned actor with synchronous stepping
@@ -241,7 +245,7 @@ def actor_cpu_affinity(cfg: DictConfig) -> list[tuple[int, ...] | None]:
     """
     n = resolve_num_actors(cfg)
     pin = cfg.pin_actors
-    stepping_async = resolve_async_step(cfg) and cfg.envs_per_actor >= 2
+    stepping_async = resolve_async_step(cfg)
     if pin is False or (pin == "auto" and stepping_async) or not hasattr(os, "sched_setaffinity"):
         return [None] * n
     cores = sorted(os.sched_getaffinity(0))

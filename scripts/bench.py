@@ -73,16 +73,11 @@ def _rate(step, warmup: float, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def _pin(cores) -> None:
-    """Pin this worker as ``distrl train`` pins the actor it stands in for."""
-    if cores:
-        os.sched_setaffinity(0, cores)
-
-
 def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, seconds: float, out) -> None:
+    from distrl.engine.actor import pin_process
     from distrl.envs import make_vector_env
 
-    _pin(cores)
+    pin_process(cores)  # as distrl train pins the actor this worker stands in for
     torch.set_num_threads(1)
     env = make_vector_env(OmegaConf.create(env_cfg), num_envs, num_threads=1)
     env.reset(seed=seed)
@@ -99,9 +94,10 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, s
 
 def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, cores,
                       warmup: float, seconds: float, out) -> None:
+    from distrl.engine.actor import pin_process
     from distrl.policy import ActorCritic
 
-    _pin(cores)
+    pin_process(cores)
     torch.set_num_threads(1)
     model = ActorCritic(tuple(obs_shape), num_actions, OmegaConf.create(model_cfg)).eval()
     if obs_dtype == "uint8":

@@ -74,11 +74,17 @@ class _Stopped(Exception):
     pass
 
 
+def pin_process(cores: tuple[int, ...] | None) -> None:
+    """Restrict the calling thread, and every thread it starts later (ale-py's env threads), to
+    ``cores`` (core ids); None leaves it to the OS. Call it first thing in a process."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+
+
 def run_actor(actor_id: int, ctx: ActorContext) -> None:
     """Process entry point: run :func:`act` and report any exception on ``error_queue``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if ctx.cpu_affinity:  # before any thread is started, so that they inherit it
-        os.sched_setaffinity(0, ctx.cpu_affinity)
+    pin_process(ctx.cpu_affinity)
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if ctx.log_file:
         handlers.append(logging.FileHandler(ctx.log_file))
@@ -172,8 +178,8 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
 
     env_cfg = OmegaConf.create(ctx.env_cfg)
     n, T, model, buf = ctx.num_envs, ctx.num_steps, ctx.model, ctx.buffers
-    async_step = bool(env_cfg.get("async_step", False)) and n >= 2
-    env = make_vector_env(env_cfg, n, num_threads=1, async_step=async_step)
+    # resolved by the trainer (distrl.config.actor_env_config): true only where it can happen
+    env = make_vector_env(env_cfg, n, num_threads=1, async_step=bool(env_cfg.get("async_step", False)))
     stepper = _Stepper(env, n)
     # Observations go straight into each env's shared slot (one memcpy per env and step). The
     # small keys are staged in local [n, T+1, ...] tensors, written a batch at a time, and
@@ -184,13 +190,12 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     stage = {key: torch.zeros((n, *value.shape[1:]), dtype=value.dtype)
              for key, value in buf.items() if key not in PER_SLOT_KEYS and key != "obs"}
     row = np.zeros(n, dtype=np.int64)
-    slot_of = np.full(n, -1, dtype=np.int64)
+    slot_of = np.full(n, -1, dtype=np.int64)  # -1 until the env's first observation is acted on
     version_of = np.zeros(n, dtype=np.int64)
     core = model.initial_state(n)
     core_before = core  # LSTM state before each env's latest observation
     episode_return = np.zeros(n, dtype=np.float64)
     episode_length = np.zeros(n, dtype=np.int64)
-    acted = np.zeros(n, dtype=bool)  # with async_step, half the envs first arrive from a recv
     try:
         ids, obs_np = stepper.reset(ctx.seed)
         first = torch.ones(len(ids), dtype=torch.bool)
@@ -216,10 +221,9 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
                     _start_slot(ctx, held, slot_of, version_of, core_before, i)
                 _write_obs(obs_slots, slot_of[done], row[done], obs[at_end])  # row 0 repeats row T
             stepper.send(out["action"].numpy())
-            acted[ids] = True
 
             ids, obs_np, reward, terminated, truncated, info = stepper.recv()
-            if not acted[ids].all():  # the reset observations of the envs not yet acted on
+            if (slot_of[ids] < 0).any():  # with async_step, the other half's reset observations
                 first = torch.ones(len(ids), dtype=torch.bool)
                 continue
             at = _at(ids, row[ids])
@@ -229,19 +233,21 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             stage["truncated"][at] = torch.from_numpy(truncated)
             stage["truncation_value"][at] = 0.0
             if truncated.any():
-                k = np.flatnonzero(truncated)
+                cut = ids[truncated]
+                cut_t = torch.from_numpy(cut)
                 final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
-                final_core = tuple(c[:, torch.from_numpy(ids[k])] for c in core)
-                no_reset = torch.zeros(len(k), dtype=torch.bool)
+                final_core = tuple(c[:, cut_t] for c in core)
+                no_reset = torch.zeros(len(cut), dtype=torch.bool)
                 values = model.act(final, no_reset, final_core)[0]["baseline"]
-                stage["truncation_value"][torch.from_numpy(ids[k]), torch.from_numpy(row[ids[k]])] = values
+                stage["truncation_value"][cut_t, torch.from_numpy(row[cut])] = values
 
             episode_return[ids] += reward
             episode_length[ids] += 1
-            for i in ids[ended]:
+            ended_ids = ids[ended]
+            for i in ended_ids:
                 ctx.episode_queue.put((actor_id, float(episode_return[i]), int(episode_length[i])))
-            episode_return[ids[ended]] = 0.0
-            episode_length[ids[ended]] = 0
+            episode_return[ended_ids] = 0.0
+            episode_length[ended_ids] = 0
             row[ids] += 1
             first = torch.from_numpy(ended)
     finally:
@@ -260,8 +266,9 @@ def _start_slot(ctx, held, slot_of, version_of, core_before, i: int) -> None:
 
 
 def _finish_slots(ctx, held, stage, slot_of, version_of, envs: np.ndarray) -> None:
-    """Copy the staged keys of ``envs`` (whose slots are at row T) into their slots, hand the
-    slots to the learners and move the last staged row to row 0 for the next slots."""
+    """Copy the staged keys of ``envs`` (``[k] int64`` env indices whose slots are at row T)
+    into their slots, hand the slots to the learners and move the last staged row to row 0
+    for the next slots."""
     slots = slot_of[envs]
     slots_t, envs_t = torch.from_numpy(slots), torch.from_numpy(envs)
     buf = ctx.buffers
@@ -278,8 +285,9 @@ def _finish_slots(ctx, held, stage, slot_of, version_of, envs: np.ndarray) -> No
 
 
 def _write_obs(obs_slots: torch.Tensor, slots: np.ndarray, rows: np.ndarray, obs: torch.Tensor) -> None:
-    """``obs_slots[slots[j], rows[j]] = obs[j]``, one memcpy each (an indexed put of uint8
-    images is many times slower)."""
+    """``obs_slots[slots[j], rows[j]] = obs[j]`` for the storage's ``[S, T+1, *obs_shape]``
+    observations, ``slots``/``rows`` ``[k] int64`` and ``obs [k, *obs_shape]``: one memcpy each
+    (an indexed put of uint8 images is many times slower)."""
     for j, (slot, t) in enumerate(zip(slots.tolist(), rows.tolist(), strict=True)):
         obs_slots[slot, t].copy_(obs[j])
 

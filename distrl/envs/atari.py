@@ -47,10 +47,13 @@ def make_vector_env(cfg: DictConfig, num_envs: int, num_threads: int = 1, async_
     if cfg.backend == "vector":
         from ale_py.vector_env import AtariVectorEnv
 
+        if async_step and num_envs % 2:
+            raise ValueError(f"async_step needs an even number of envs, got {num_envs}")
+
         return AtariVectorEnv(
             rom_name(cfg.id),
             num_envs,
-            batch_size=num_envs // 2 if async_step and num_envs % 2 == 0 else 0,
+            batch_size=num_envs // 2 if async_step else 0,
             num_threads=num_threads,
             max_num_frames_per_episode=cfg.max_episode_steps * cfg.frameskip,
             repeat_action_probability=cfg.repeat_action_probability,
