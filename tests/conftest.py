@@ -48,15 +48,26 @@ class Finished:
     stderr: str
     children: set[int] = field(default_factory=set)
 
-    def alive_children(self) -> list[int]:
-        alive = []
-        for pid in self.children:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
+    def alive_children(self, grace: float = 5.0) -> list[str]:
+        """The children still running ``grace`` seconds after distrl exited, as "pid cmdline".
+
+        The grace covers children that are already on their way out when the parent exits
+        (multiprocessing's resource tracker exits once it reads EOF from the dead parent);
+        a child that stays is left behind.
+        """
+        deadline = time.monotonic() + grace
+        while True:
+            alive = []
+            for pid in self.children:
+                try:
+                    proc = psutil.Process(pid)
+                    if proc.status() != psutil.STATUS_ZOMBIE:
+                        alive.append(f"{pid} {' '.join(proc.cmdline())[:200]}")
+                except psutil.NoSuchProcess:
+                    pass
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.1)
 
 
 class DistrlProcess:
