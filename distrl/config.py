@@ -55,6 +55,7 @@ class AgentConfig:
     """IMPALA hyperparameters (Espeholt et al. 2018, Table G.1 for Atari)."""
 
     name: str = "impala"
+    optimizer: str = "rmsprop"  # rmsprop | adam
     lr: float = 6e-4
     alpha: float = 0.99  # RMSProp decay
     eps: float = 0.01  # RMSProp epsilon
@@ -104,12 +105,12 @@ class TrainConfig:
     tag: str = ""
     seed: int = 1
     device: str = "auto"
-    num_steps: int = 80  # unroll length T
+    num_steps: int = 5  # unroll length T
     num_actors: Any = "auto"  # int >= 1, or auto (see resolve_num_actors)
     num_learners: int = 1
     num_storages: Any = "auto"  # int, or auto: 2 x environments stepping at once + batch_size
-    batch_size: int = 8  # B
-    envs_per_actor: int = 8
+    batch_size: int = 16  # B
+    envs_per_actor: int = 16
     learner_threads: Any = "auto"  # torch threads of the learner process; auto: the cores the actors leave
     pin_actors: Any = "auto"  # true | false | auto (see actor_cpu_affinity)
     log_level: str = "INFO"
@@ -152,6 +153,7 @@ def register_configs() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
 
 
+OPTIMIZERS = ("rmsprop", "adam")
 ENCODERS = ("nature_cnn", "impala_resnet", "mlp")
 INIT_FNS = ("orthogonal", "xavier_uniform", "default")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -321,6 +323,14 @@ def validate_env(env: DictConfig) -> None:
                "null or an integer >= 1")
 
 
+def _image_observations(env: DictConfig) -> bool:
+    if env.kind == "atari":
+        return True
+    from distrl.envs.gym_env import has_image_observations
+
+    return has_image_observations(env.id)
+
+
 def validate_eval(cfg: DictConfig) -> None:
     """Check an eval config (the checkpoint itself is checked when it is loaded).
 
@@ -367,6 +377,7 @@ def validate(cfg: DictConfig) -> None:
     )
 
     agent = cfg.agent
+    _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
     for key in ("entropy_cost", "baseline_cost", "momentum"):
@@ -381,10 +392,9 @@ def validate(cfg: DictConfig) -> None:
     _check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
     for key in ("feature_dim", "hidden_dim"):
         _positive_int(model, key)
-    image_env = cfg.env.kind == "atari"
     _check(
-        (model.encoder != "mlp") == image_env, "model.encoder", model.encoder,
-        "nature_cnn or impala_resnet for image observations (env=atari), mlp for flat ones",
+        (model.encoder != "mlp") == _image_observations(cfg.env), "model.encoder", model.encoder,
+        "nature_cnn or impala_resnet for image observations (env=atari, env=image_cue), mlp for flat ones",
     )
     path = cfg.train.init_model_path
     _check(path is None or os.path.isfile(path), "train.init_model_path", path,

@@ -123,17 +123,29 @@ def vtrace_from_logits(
     )
 
 
+# The loss terms are means over the T x B steps of a batch, not IMPALA's sums (Section 4.2,
+# also monobeast and scalable_agent). With a sum the gradient grows with T x B, so RMSProp's
+# eps and the global-norm clip mean something else for every T and B: at monobeast's T=80,
+# B=8 the clip at 40 cut most updates 2-20x and eps = 0.01 was 8x sqrt(square_avg) of the
+# fully connected layer, and Pong stayed at random play (README, "Learning"). With means,
+# the same eps and clip hold for any T x B, as in A2C and PPO.
+
+
 def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """``-sum_t,b log pi(a|x) * A`` (IMPALA Section 4.2); logits ``[T,B,A]`` -> scalar."""
-    return -(action_log_probs(logits, actions) * advantages.detach()).sum()
+    """``-mean_t,b log pi(a_t|x_t) * A_t`` (IMPALA Section 4.2, averaged over the batch).
+
+    logits ``[T, B, A]``, actions ``[T, B]`` int64, advantages ``[T, B]`` (no gradient) -> scalar.
+    """
+    return -(action_log_probs(logits, actions) * advantages.detach()).mean()
 
 
 def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
-    """``0.5 * sum (v_s - V(x_s))^2`` (IMPALA Section 4.2); ``[T, B]`` -> scalar."""
-    return 0.5 * (advantages**2).sum()
+    """``0.5 * mean_t,b (v_s - V(x_s))^2`` (IMPALA Section 4.2, averaged); ``[T, B]`` -> scalar."""
+    return 0.5 * (advantages**2).mean()
 
 
 def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
-    """Negative policy entropy ``sum pi log pi`` (IMPALA Section 4.2); ``[T,B,A]`` -> scalar."""
+    """Negative policy entropy ``mean_t,b sum_a pi log pi`` (IMPALA Section 4.2, averaged):
+    logits ``[T, B, A]`` -> scalar in ``[-ln A, 0]``."""
     log_policy = F.log_softmax(logits, dim=-1)
-    return (log_policy.exp() * log_policy).sum()
+    return (log_policy.exp() * log_policy).sum(-1).mean()

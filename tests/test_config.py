@@ -19,7 +19,7 @@ def options(group: str) -> list[str]:
 
 
 def test_the_config_groups_are_there():
-    assert {"atari", "cartpole"} <= set(options("env"))
+    assert {"atari", "cartpole", "image_cue", "image_cue_memory"} <= set(options("env"))
     assert {"nature_cnn", "impala_resnet", "mlp"} <= set(options("model"))
     assert "impala" in options("agent")
 
@@ -34,16 +34,18 @@ def test_every_env_and_agent_composes_and_validates(env, agent):
 
 @pytest.mark.parametrize("model", options("model"))
 def test_every_model_composes_with_a_matching_env(model):
-    env = "cartpole" if model == "mlp" else "atari"
-    cfg = compose_train([f"env={env}", f"model={model}"])
-    validate(cfg)
-    assert cfg.model.encoder == model
+    envs = ["cartpole"] if model == "mlp" else ["atari", "image_cue"]
+    for env in envs:
+        cfg = compose_train([f"env={env}", f"model={model}"])
+        validate(cfg)
+        assert cfg.model.encoder == model
 
 
 def test_defaults_follow_the_issue_and_the_paper():
     cfg = compose_train([])
     assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
-    assert cfg.num_steps == 80 and cfg.num_actors == "auto" and cfg.model.encoder == "nature_cnn"
+    assert cfg.num_steps == 5 and cfg.batch_size == 16 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
+    assert cfg.model.encoder == "nature_cnn"
     assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
     cartpole = compose_train(["env=cartpole"])
     assert cartpole.model.encoder == "mlp" and cartpole.num_steps == 16 and cartpole.agent.lr == 0.005
@@ -75,6 +77,8 @@ BAD = [
     (["env.async_step=sometimes"], "env.async_step"),
     (["pin_actors=sometimes"], "pin_actors"),
     (["agent.lr=0"], "agent.lr"),
+    (["agent.optimizer=sgd"], "agent.optimizer"),
+    (["env=image_cue", "model=mlp"], "model.encoder"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
 ]
 if not torch.cuda.is_available():

@@ -2,9 +2,10 @@
 
 The loss is IMPALA's (Espeholt et al. 2018, Section 4.2): policy gradient
 with V-trace advantages, ``baseline_cost`` x the squared error to the
-V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, summed
-over ``T x B``. Rewards are clipped to ``[-reward_clip, reward_clip]`` in the
-loss only. The learning rate decays linearly to 0 over ``num_train_steps``
+V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, each
+averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
+:mod:`distrl.vtrace` for why distrl averages). Rewards are clipped to
+``[-reward_clip, reward_clip]`` in the loss only. The learning rate decays linearly to 0 over ``num_train_steps``
 agent steps, ``T x B`` per update.
 """
 
@@ -29,10 +30,18 @@ POLL_SECONDS = 0.5
 
 
 def make_optimizer(policy: DistributedActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
-    """RMSProp over the learner copy (IMPALA Table G.1: alpha 0.99, eps 0.01, momentum 0)."""
-    return torch.optim.RMSprop(
-        policy.learner.parameters(), lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum
-    )
+    """The optimizer over the learner copy: ``agent.optimizer`` is ``rmsprop`` (IMPALA's; decay
+    ``alpha``, ``eps``, ``momentum``) or ``adam`` (betas 0.9, 0.999 and ``eps``), at ``agent.lr``.
+
+    Raises:
+        ValueError: another optimizer name (validation refuses it first).
+    """
+    params = policy.learner.parameters()
+    if agent.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum)
+    if agent.optimizer == "adam":
+        return torch.optim.Adam(params, lr=agent.lr, eps=agent.eps)
+    raise ValueError(f"agent.optimizer={agent.optimizer!r}: use rmsprop or adam")
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_train_steps: int):

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig
 
-from distrl.envs import atari, gym_env
+from distrl.envs import atari, diagnostic, gym_env
+
+diagnostic.register()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Any registered Gymnasium id with a flat (vector) observation, e.g. CartPole-v1."""
+"""Any registered Gymnasium id with discrete actions: flat (vector) observations, e.g. CartPole-v1, or
+``[C, H, W] uint8`` images, e.g. the diagnostic ``distrl/ImageCue-v0``."""
 
 from __future__ import annotations
 
@@ -45,7 +46,25 @@ def make_vector_env(cfg: DictConfig, num_envs: int):
     return env
 
 
+def is_image(space: gym.Space) -> bool:
+    """Whether observations of ``space`` are ``[C, H, W] uint8`` images (for the CNN encoders)."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def has_image_observations(env_id: str) -> bool:
+    """Whether ``env_id`` (``module:EnvId`` allowed) gives image observations; builds the env once."""
+    env = gym.make(env_id)
+    try:
+        return is_image(env.observation_space)
+    finally:
+        env.close()
+
+
 def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
-    """One env of ``cfg.id`` with float32 observations (``render_mode`` as in ``gym.make``)."""
+    """One env of ``cfg.id`` (``render_mode`` as in ``gym.make``): uint8 images are kept as they
+    are, any other observation becomes float32."""
     kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-    return gym.wrappers.DtypeObservation(gym.make(cfg.id, render_mode=render_mode, **kwargs), np.float32)
+    env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
+    if is_image(env.observation_space):
+        return env
+    return gym.wrappers.DtypeObservation(env, np.float32)

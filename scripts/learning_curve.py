@@ -1,0 +1,188 @@
+"""Learning curves of one or more distrl runs (seeds of one setting), as a PNG and a CSV.
+
+    python scripts/learning_curve.py outputs/pong-s1 outputs/pong-s2 --out docs/pong.png
+
+Reads each run's ``metrics.jsonl`` and draws, against agent steps (left) and
+against wall-clock hours (right):
+
+- the evaluation mean return (``eval/mean_return``): the mean over the runs
+  of their k-th evaluation, +- the standard deviation over the runs;
+- the training episodic return (``charts/episodic_return``), smoothed per run
+  by the mean over a sliding window of agent steps, then averaged over the runs.
+
+Wall-clock time starts at a run's first record; a pause longer than
+``--gap-minutes`` between two records (the run was stopped and resumed later)
+is left out. When a resumed run repeats agent steps it had logged before its
+last checkpoint, the repeated ones replace the earlier ones. The points go to
+a CSV beside the PNG: ``kind,agent_steps,hours,mean,std,runs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Run:
+    """One run's curves: ``eval_steps``/``eval_hours``/``eval_returns`` per evaluation and
+    ``train_steps``/``train_hours``/``train_returns`` per finished training episode."""
+
+    name: str
+    eval_steps: np.ndarray
+    eval_hours: np.ndarray
+    eval_returns: np.ndarray
+    train_steps: np.ndarray
+    train_hours: np.ndarray
+    train_returns: np.ndarray
+
+
+def read_run(run_dir: Path, gap_minutes: float) -> Run:
+    """Read ``run_dir/metrics.jsonl``.
+
+    Raises:
+        FileNotFoundError: the run has no metrics.jsonl.
+    """
+    records: list[dict] = []
+    top = 0  # the highest agent step of a record that is not an evaluation
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written
+        # Evaluations are logged late, at the step they started; any other record going back in
+        # steps is a resumed run restarting from its last checkpoint: what was logged after that
+        # step is replaced.
+        if "eval/mean_return" not in record:
+            if record["agent_steps"] < top:
+                records = [r for r in records if r["agent_steps"] <= record["agent_steps"]]
+            top = record["agent_steps"]
+        records.append(record)
+    times = np.array([r["time"] for r in records], dtype=np.float64)
+    gaps = np.diff(times, prepend=times[:1] if len(times) else times)
+    gaps[gaps > gap_minutes * 60] = 0.0
+    hours = np.cumsum(gaps) / 3600
+
+    def series(key):
+        picked = [(r["agent_steps"], h, float(r[key])) for r, h in zip(records, hours, strict=True) if key in r]
+        return tuple(np.array(col, dtype=np.float64) for col in zip(*picked, strict=True)) if picked else \
+            (np.array([]), np.array([]), np.array([]))
+
+    return Run(run_dir.name, *series("eval/mean_return"), *series("charts/episodic_return"))
+
+
+def smooth(steps: np.ndarray, values: np.ndarray, window: float) -> np.ndarray:
+    """Mean of the values whose step lies in ``(step - window, step]``, at each step (sorted steps)."""
+    csum = np.concatenate([[0.0], np.cumsum(values)])
+    start = np.searchsorted(steps, steps - window, side="right")
+    end = np.arange(1, len(steps) + 1)
+    return (csum[end] - csum[start]) / (end - start)
+
+
+def eval_points(runs: list[Run]) -> list[dict]:
+    """The k-th evaluation of every run that has one: mean steps and hours, mean and std of the return."""
+    points = []
+    for k in range(max(len(r.eval_steps) for r in runs)):
+        have = [r for r in runs if len(r.eval_steps) > k]
+        returns = np.array([r.eval_returns[k] for r in have])
+        points.append({"kind": "eval", "agent_steps": float(np.mean([r.eval_steps[k] for r in have])),
+                       "hours": float(np.mean([r.eval_hours[k] for r in have])),
+                       "mean": float(returns.mean()), "std": float(returns.std()), "runs": len(have)})
+    return points
+
+
+def train_points(runs: list[Run], window: float, num_points: int = 200) -> list[dict]:
+    """Smoothed training returns of each run on a common grid of agent steps, averaged over the runs
+    that reached each grid step; hours are interpolated per run the same way."""
+    runs = [r for r in runs if len(r.train_steps)]
+    if not runs:
+        return []
+    end = max(r.train_steps[-1] for r in runs)
+    grid = np.linspace(min(r.train_steps[0] for r in runs), end, num_points)
+    points = []
+    curves = []
+    for r in runs:
+        smoothed = smooth(r.train_steps, r.train_returns, window)
+        inside = (grid >= r.train_steps[0]) & (grid <= r.train_steps[-1])
+        curves.append((inside, np.interp(grid, r.train_steps, smoothed), np.interp(grid, r.train_steps, r.train_hours)))
+    for i, step in enumerate(grid):
+        have = [(ret[i], hrs[i]) for inside, ret, hrs in curves if inside[i]]
+        if have:
+            returns = np.array([h[0] for h in have])
+            points.append({"kind": "train", "agent_steps": float(step), "hours": float(np.mean([h[1] for h in have])),
+                           "mean": float(returns.mean()), "std": float(returns.std()), "runs": len(have)})
+    return points
+
+
+def plot(points: list[dict], title: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, x_key, x_label, scale in ((axes[0], "agent_steps", "agent steps (millions)", 1e-6),
+                                      (axes[1], "hours", "wall-clock hours", 1.0)):
+        for kind, label, style in (("train", "training return (smoothed)", "-"), ("eval", "eval mean return", "o-")):
+            pts = [p for p in points if p["kind"] == kind]
+            if not pts:
+                continue
+            x = np.array([p[x_key] for p in pts]) * scale
+            mean = np.array([p["mean"] for p in pts])
+            std = np.array([p["std"] for p in pts])
+            line, = ax.plot(x, mean, style, label=label, markersize=4)
+            ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        ax.set_xlabel(x_label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("episode return (raw score)")
+    axes[0].legend(loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="+", help="run directories (each with metrics.jsonl)")
+    parser.add_argument("--out", type=Path, default=Path("learning_curve.png"), help="the PNG (the CSV goes beside it)")
+    parser.add_argument("--window", type=float, default=100_000, help="smoothing window of the training return, "
+                        "in agent steps")
+    parser.add_argument("--gap-minutes", type=float, default=10.0, help="pauses longer than this are left out of "
+                        "the wall-clock axis")
+    parser.add_argument("--title", default=None, help="default: the env id and the number of runs")
+    args = parser.parse_args()
+
+    missing = [str(r) for r in args.runs if not (r / "metrics.jsonl").is_file()]
+    if missing:
+        parser.error(f"no metrics.jsonl in: {', '.join(missing)}")
+    runs = [read_run(r, args.gap_minutes) for r in args.runs]
+    if not any(len(r.eval_steps) or len(r.train_steps) for r in runs):
+        parser.error("the runs have logged no episode returns or evaluations yet")
+    points = (eval_points(runs) if any(len(r.eval_steps) for r in runs) else []) + train_points(runs, args.window)
+    title = args.title or f"{_env_id(args.runs[0])}, {len(runs)} run{'s' if len(runs) > 1 else ''}"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot(points, title, args.out)
+    csv_path = args.out.with_suffix(".csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["kind", "agent_steps", "hours", "mean", "std", "runs"])
+        writer.writeheader()
+        writer.writerows(points)
+    print(f"wrote {args.out} and {csv_path}")
+
+
+def _env_id(run_dir: Path) -> str:
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        for line in config.read_text().splitlines():
+            if line.strip().startswith("id:"):
+                return line.split(":", 1)[1].strip()
+    return run_dir.name
+
+
+if __name__ == "__main__":
+    main()
