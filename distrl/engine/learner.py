@@ -5,8 +5,8 @@ with V-trace advantages, ``baseline_cost`` x the squared error to the
 V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, each
 averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
 :mod:`distrl.vtrace` for why distrl averages). Rewards are clipped to
-``[-reward_clip, reward_clip]`` in the loss only. The learning rate decays linearly to 0 over ``num_train_steps``
-agent steps, ``T x B`` per update.
+``[-reward_clip, reward_clip]`` in the loss only. The learning rate decays
+linearly to 0 over ``num_train_steps`` agent steps, ``T x B`` per update.
 """
 
 from __future__ import annotations
