@@ -73,7 +73,9 @@ def final_eval(run_dir: Path) -> float:
 
 def test_the_atari_defaults_solve_image_cue(tmp_path):
     """The Atari model and agent defaults, through the real command: at least 90 % of the best
-    return (18 of 20) after 30k agent steps (about a minute on 2 cores); random play scores 3.3."""
+    return (18 of 20) after 30k agent steps (about a minute on 2 cores); random play scores 3.3.
+    Its curve and its checkpoint then go through scripts/learning_curve.py and
+    scripts/inspect_checkpoint.py."""
     run_dir = tmp_path / "run"
     done = run_distrl(["train", "env=image_cue", "train.num_train_steps=30000", "train.eval_interval=10000",
                        f"hydra.run.dir={run_dir}"], timeout=300)
@@ -89,6 +91,17 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
     # evaluations start at the schedule's next tick after each 10k agent steps, a few updates late
     assert [float(e[1]) for e in evals][:3] == pytest.approx([10000, 20000, 30000], abs=1000)
     assert float(evals[-1][3]) >= 18.0 and out.stat().st_size > 10_000
+
+    inspected = subprocess.run([sys.executable, str(REPO / "scripts" / "inspect_checkpoint.py"),
+                                str(run_dir / "checkpoints" / "latest.pt"), "--steps", "10"],
+                               check=True, capture_output=True, text=True)
+    rows = [json.loads(line) for line in inspected.stdout.splitlines()]
+    layers = {r["layer"]: r for r in rows if "layer" in r}
+    params = {r["param"]: r for r in rows if "param" in r}
+    assert rows[0]["observations"] == 80 and "encoder.convs.1" in layers and "encoder.fc.1" in layers
+    assert layers["encoder.convs.1"]["dead"] < 1.0  # a network that solved the task sees the frames
+    assert {"encoder.convs.0.weight", "policy.weight", "baseline.weight"} <= set(params)
+    assert all(0.0 <= r["step_scale"] <= 1.0 for r in params.values())
 
 
 @pytest.mark.slow
