@@ -35,7 +35,7 @@ STACK = 4
 
 
 class _CueFrames(gym.Env):
-    """Shared frame drawing and stacking; subclasses decide cues and rewards."""
+    """Frame drawing, stacking and the first (cue) frame; subclasses decide the later frames and rewards."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -69,6 +69,13 @@ class _CueFrames(gym.Env):
         self._stack[:] = 0
         return self._push(frame)
 
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode: step 0, a random cue drawn in the first frame of an empty stack."""
+        super().reset(seed=seed)
+        self._t = 0
+        self._cue = int(self.np_random.integers(self.num_actions))
+        return self._start(self._frame(self._cue)), {}
+
     def render(self) -> np.ndarray:
         """The newest frame as ``[84, 84, 3] uint8`` RGB."""
         return np.repeat(self._stack[-1][:, :, None], 3, axis=2)
@@ -80,12 +87,6 @@ class ImageCue(_CueFrames):
     def __init__(self, num_actions: int = 6, episode_steps: int = 20, render_mode: str | None = None):
         super().__init__(num_actions, render_mode)
         self.episode_steps = episode_steps
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self._t = 0
-        self._cue = int(self.np_random.integers(self.num_actions))
-        return self._start(self._frame(self._cue)), {}
 
     def step(self, action):
         reward = float(int(action) == self._cue)
@@ -101,12 +102,6 @@ class ImageCueMemory(_CueFrames):
     def __init__(self, num_actions: int = 6, delay: int = STACK - 1, render_mode: str | None = None):
         super().__init__(num_actions, render_mode)
         self.delay = delay
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self._t = 0
-        self._cue = int(self.np_random.integers(self.num_actions))
-        return self._start(self._frame(self._cue)), {}
 
     def step(self, action):
         at_query = self._t == self.delay + 1
