@@ -323,12 +323,26 @@ def validate_env(env: DictConfig) -> None:
                "null or an integer >= 1")
 
 
+def env_creation_error(env_id: str, exc: Exception) -> ConfigError:
+    """The one-line error for an env id that is registered but cannot be created."""
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    return ConfigError(f"env.id={env_id!r} is not allowed: creating it failed: {type(exc).__name__}: {first_line}")
+
+
 def _image_observations(env: DictConfig) -> bool:
+    """Whether the env gives image observations (Atari always; a Gymnasium id is built once).
+
+    Raises:
+        ConfigError: the Gymnasium env cannot be created.
+    """
     if env.kind == "atari":
         return True
     from distrl.envs.gym_env import has_image_observations
 
-    return has_image_observations(env.id)
+    try:
+        return has_image_observations(env.id)
+    except Exception as exc:
+        raise env_creation_error(env.id, exc) from exc
 
 
 def validate_eval(cfg: DictConfig) -> None:

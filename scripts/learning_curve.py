@@ -69,9 +69,9 @@ def read_run(run_dir: Path, gap_minutes: float) -> Run:
     hours = np.cumsum(gaps) / 3600
 
     def series(key):
+        """``(agent_steps, hours, value)`` arrays of the records that have ``key``."""
         picked = [(r["agent_steps"], h, float(r[key])) for r, h in zip(records, hours, strict=True) if key in r]
-        return tuple(np.array(col, dtype=np.float64) for col in zip(*picked, strict=True)) if picked else \
-            (np.array([]), np.array([]), np.array([]))
+        return tuple(np.array(picked, dtype=np.float64).reshape(-1, 3).T)
 
     return Run(run_dir.name, *series("eval/mean_return"), *series("charts/episodic_return"))
 
@@ -163,7 +163,7 @@ def main() -> None:
     runs = [read_run(r, args.gap_minutes) for r in args.runs]
     if not any(len(r.eval_steps) or len(r.train_steps) for r in runs):
         parser.error("the runs have logged no episode returns or evaluations yet")
-    points = (eval_points(runs) if any(len(r.eval_steps) for r in runs) else []) + train_points(runs, args.window)
+    points = eval_points(runs) + train_points(runs, args.window)
     title = args.title or f"{_env_id(args.runs[0])}, {len(runs)} run{'s' if len(runs) > 1 else ''}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     plot(points, title, args.out)

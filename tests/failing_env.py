@@ -1,6 +1,8 @@
-"""A real Gymnasium env that raises after a few steps, to test how the trainer handles an actor that raises.
+"""Real Gymnasium envs that fail: one raises after a few steps (an actor that raises), one cannot be created
+(a config error before any process starts).
 
-Registered as ``FailsAfterSteps-v0``; use ``env.id=failing_env:FailsAfterSteps-v0`` with ``tests/`` on the path.
+Registered as ``FailsAfterSteps-v0`` and ``FailsOnCreation-v0``; use ``env.id=failing_env:<id>`` with ``tests/``
+on the path.
 """
 
 import gymnasium as gym
@@ -27,4 +29,12 @@ class FailsAfterSteps(gym.Env):
         return np.zeros(3, np.float32), 1.0, self.steps % 50 == 0, False, {}
 
 
+class FailsOnCreation(gym.Env):
+    """A registered env whose constructor raises (a missing ROM, a broken install)."""
+
+    def __init__(self):
+        raise RuntimeError("the emulator cannot start\nsecond line")
+
+
 gym.register("FailsAfterSteps-v0", entry_point=FailsAfterSteps)
+gym.register("FailsOnCreation-v0", entry_point=FailsOnCreation)

@@ -79,6 +79,7 @@ BAD = [
     (["agent.lr=0"], "agent.lr"),
     (["agent.optimizer=sgd"], "agent.optimizer"),
     (["env=image_cue", "model=mlp"], "model.encoder"),
+    (["env=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
 ]
 if not torch.cuda.is_available():

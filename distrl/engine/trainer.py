@@ -32,9 +32,9 @@ from omegaconf import DictConfig, OmegaConf
 import distrl
 from distrl import checkpoint
 from distrl.config import (
-    ConfigError,
     actor_cpu_affinity,
     actor_env_config,
+    env_creation_error,
     resolve_device,
     resolve_learner_threads,
     resolve_num_actors,
@@ -96,8 +96,7 @@ class DistributedTrainer:
         try:
             self.spec = env_spec(cfg.env)
         except Exception as exc:
-            raise ConfigError(f"env.id={cfg.env.id!r} is not allowed: creating it failed: "
-                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            raise env_creation_error(cfg.env.id, exc) from exc
         self.ctx = mp.get_context("spawn")
 
         torch.manual_seed(cfg.seed)
