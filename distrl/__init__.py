@@ -1,3 +1,30 @@
-"""distrl: distributed IMPALA training (Espeholt et al. 2018) configured by Hydra."""
+"""distrl: distributed IMPALA training (Espeholt et al. 2018) configured by Hydra.
+
+The Python API (names as in the seed API)::
+
+    from distrl import DistributedTrainer, compose_config
+    cfg = compose_config(["experiment=cartpole", "train.num_train_steps=100000"])
+    trainer = DistributedTrainer(cfg, run_dir="outputs/api-run")
+    trainer.train()
+"""
 
 __version__ = "0.1.0"
+
+__all__ = ["DistributedActorLearner", "DistributedTrainer", "compose_config"]
+
+
+def __getattr__(name: str):
+    # Imported on first use, so that `distrl --help` and config errors stay fast (no torch import).
+    if name == "DistributedTrainer":
+        from distrl.engine.trainer import DistributedTrainer
+
+        return DistributedTrainer
+    if name == "DistributedActorLearner":
+        from distrl.policy import DistributedActorLearner
+
+        return DistributedActorLearner
+    if name == "compose_config":
+        from distrl.config import compose_config
+
+        return compose_config
+    raise AttributeError(f"module 'distrl' has no attribute {name!r}")

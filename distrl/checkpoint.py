@@ -17,11 +17,13 @@ leaves the previous file intact.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import random
 import re
 import zipfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,32 @@ REQUIRED_KEYS = ("distrl_version", "model", "config", "agent_steps")
 
 class CheckpointError(RuntimeError):
     """A checkpoint path cannot be used; the message names the path and the problem."""
+
+
+@dataclass
+class RunState:
+    """Where a run is: the counters a checkpoint stores and a resumed run continues from.
+
+    Attributes:
+        agent_steps: agent steps consumed by the learners (``T x B`` per update).
+        updates: optimizer steps.
+        last_eval_step, last_save_step: agent steps at the last evaluation and checkpoint.
+        best_eval_return: the best evaluation mean return so far (``-inf`` before the first).
+    """
+
+    agent_steps: int = 0
+    updates: int = 0
+    last_eval_step: int = 0
+    last_save_step: int = 0
+    best_eval_return: float = -math.inf
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_checkpoint(cls, state: dict[str, Any]) -> RunState:
+        """The counters of a loaded checkpoint (missing ones at their start values)."""
+        return cls(**{key: state[key] for key in asdict(cls()) if key in state})
 
 
 def rng_state() -> dict[str, Any]:
@@ -55,7 +83,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
+def save_file(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, fsynced, then renamed into place."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
         torch.save(obj, f)
@@ -87,7 +116,7 @@ def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, keep: i
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"step_{state['agent_steps']:012d}.pt"
-    _atomic_torch_save(state, path)
+    save_file(state, path)
     _atomic_alias(path, directory / "latest.pt")
     if best:
         _atomic_alias(path, directory / "best.pt")
@@ -101,7 +130,7 @@ def save_best(state: dict[str, Any], directory: str | os.PathLike) -> Path:
     """Write ``best.pt`` alone (used when an evaluation beats the best so far)."""
     path = Path(directory) / "best.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_torch_save(state, path)
+    save_file(state, path)
     return path
 
 

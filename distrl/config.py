@@ -11,7 +11,7 @@ values, before any process is started.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -24,121 +24,121 @@ class ConfigError(ValueError):
 
 @dataclass
 class AtariEnvConfig:
-    """ALE Atari with Machado et al. (2018) preprocessing; see conf/env/atari.yaml."""
+    """ALE Atari with Machado et al. (2018) preprocessing; values in conf/env/atari.yaml."""
 
-    kind: str = "atari"
-    id: str = "ALE/Pong-v5"
-    backend: str = "vector"  # vector: ale-py AtariVectorEnv | gymnasium: wrapper path
-    repeat_action_probability: float = 0.25
-    frameskip: int = 4
-    noop_max: int = 30
-    frame_stack: int = 4
-    img_size: int = 84
-    episodic_life: bool = False
-    full_action_space: bool = False
-    use_fire_reset: bool = False
-    max_episode_steps: int = 27000  # agent steps (= 108,000 frames at frameskip 4)
-    async_step: Any = "auto"  # true | false | auto (see resolve_async_step)
+    kind: str = MISSING
+    id: str = MISSING
+    backend: str = MISSING  # vector: ale-py AtariVectorEnv | gymnasium: wrapper path
+    repeat_action_probability: float = MISSING
+    frameskip: int = MISSING
+    noop_max: int = MISSING
+    frame_stack: int = MISSING
+    img_size: int = MISSING
+    episodic_life: bool = MISSING
+    full_action_space: bool = MISSING
+    use_fire_reset: bool = MISSING
+    max_episode_steps: int = MISSING  # agent steps
+    async_step: Any = MISSING  # true | false | auto (see distrl.engine.placement)
 
 
 @dataclass
 class GymEnvConfig:
-    """Any registered Gymnasium id with a flat observation; see conf/env/cartpole.yaml."""
+    """Any registered Gymnasium id with discrete actions; values in conf/env/gym.yaml."""
 
-    kind: str = "gym"
-    id: str = "CartPole-v1"
-    max_episode_steps: int | None = None  # None: the id's registered limit
+    kind: str = MISSING
+    id: str = MISSING
+    max_episode_steps: int | None = MISSING  # None: the id's registered limit
 
 
 @dataclass
 class AgentConfig:
-    """IMPALA hyperparameters; see conf/agent/impala.yaml for how the Atari values were measured."""
+    """IMPALA hyperparameters; values (and how they were measured) in conf/agent/impala.yaml."""
 
-    name: str = "impala"
-    optimizer: str = "adam"  # rmsprop | adam
-    lr: float = 3e-4
-    alpha: float = 0.99  # RMSProp decay
-    eps: float = 1e-8
-    momentum: float = 0.0
-    entropy_cost: float = 0.01
-    baseline_cost: float = 0.5
-    discount: float = 0.99
-    reward_clip: float | None = 1.0  # rewards clipped to [-x, x] in the loss; null: no clipping
-    rho_bar: float = 1.0
-    c_bar: float = 1.0
-    max_grad_norm: float = 0.5
+    name: str = MISSING
+    optimizer: str = MISSING  # rmsprop | adam
+    lr: float = MISSING
+    alpha: float = MISSING  # RMSProp decay
+    eps: float = MISSING
+    momentum: float = MISSING
+    entropy_cost: float = MISSING
+    baseline_cost: float = MISSING
+    discount: float = MISSING
+    reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
+    rho_bar: float = MISSING
+    c_bar: float = MISSING
+    max_grad_norm: float = MISSING
 
 
 @dataclass
 class ModelConfig:
-    """Network: encoder, optional LSTM core, policy and baseline heads."""
+    """Network: encoder, optional LSTM core, policy and baseline heads; values in conf/model/."""
 
-    encoder: str = "nature_cnn"  # nature_cnn | impala_resnet | mlp
-    feature_dim: int = 512
-    hidden_dim: int = 64
-    init_fn: str = "orthogonal"  # orthogonal | xavier_uniform | default
-    use_lstm: bool = False
+    encoder: str = MISSING  # nature_cnn | impala_resnet | mlp
+    feature_dim: int = MISSING
+    hidden_dim: int = MISSING
+    init_fn: str = MISSING  # orthogonal | xavier_uniform | default
+    use_lstm: bool = MISSING
 
 
 @dataclass
 class TrainBlock:
     """Schedule of a run; every step count and interval is in agent steps."""
 
-    num_train_steps: int = 10_000_000
-    init_model_path: str | None = None
-    log_interval: int = 20_000
-    eval_interval: int = 500_000
-    save_interval: int = 500_000
-    num_eval_episodes: int = 10
-    keep_checkpoints: int = 5
-    th_compile: bool = False
+    num_train_steps: int = MISSING
+    init_model_path: str | None = MISSING
+    log_interval: int = MISSING
+    eval_interval: int = MISSING
+    save_interval: int = MISSING
+    num_eval_episodes: int = MISSING
+    keep_checkpoints: int = MISSING
+    th_compile: bool = MISSING
 
 
 @dataclass
 class TrainConfig:
-    """Top level of ``conf/train.yaml``; names follow the seed API."""
+    """Top level of ``conf/train.yaml`` (which holds the values); names follow the seed API."""
 
     env: Any = MISSING
     agent: AgentConfig = MISSING
     model: ModelConfig = MISSING
-    train: TrainBlock = field(default_factory=TrainBlock)
-    tag: str = ""
-    seed: int = 1
-    device: str = "auto"
-    num_steps: int = 5  # unroll length T
-    num_actors: Any = "auto"  # int >= 1, or auto (see resolve_num_actors)
-    num_learners: int = 1
-    num_storages: Any = "auto"  # int, or auto: 2 x environments stepping at once + batch_size
-    batch_size: int = 16  # B
-    envs_per_actor: int = 16
-    learner_threads: Any = "auto"  # torch threads of the learner process; auto: the cores the actors leave
-    pin_actors: Any = "auto"  # true | false | auto (see actor_cpu_affinity)
-    log_level: str = "INFO"
-    resume: Any = "auto"  # auto: continue from the run dir's latest.pt if any | false | a checkpoint or run dir
+    train: TrainBlock = MISSING
+    tag: str = MISSING
+    seed: int = MISSING
+    device: str = MISSING
+    num_steps: int = MISSING  # unroll length T
+    num_actors: Any = MISSING  # int >= 1 or auto
+    num_learners: int = MISSING
+    num_storages: Any = MISSING  # int >= 1 or auto
+    batch_size: int = MISSING  # B
+    envs_per_actor: int = MISSING
+    learner_threads: Any = MISSING  # int >= 1 or auto
+    pin_actors: Any = MISSING  # true | false | auto
+    log_level: str = MISSING
+    resume: Any = MISSING  # auto | false | a checkpoint file or run directory
 
 
 @dataclass
 class EvalEnvOverrides:
     """Env settings ``distrl eval`` may change at test time; None keeps the checkpoint's value."""
 
-    repeat_action_probability: float | None = None
-    noop_max: int | None = None
-    max_episode_steps: int | None = None
+    repeat_action_probability: float | None = MISSING
+    noop_max: int | None = MISSING
+    max_episode_steps: int | None = MISSING
 
 
 @dataclass
 class EvalConfig:
-    """Top level of ``conf/eval.yaml``."""
+    """Top level of ``conf/eval.yaml`` (which holds the values)."""
 
     ckpt: str = MISSING
-    num_episodes: int = 10
-    deterministic: bool = False
-    device: str = "cpu"
-    seed: int = 0
-    video: bool = False
-    video_fps: int = 30
-    env: EvalEnvOverrides = field(default_factory=EvalEnvOverrides)
-    log_level: str = "INFO"
+    num_episodes: int = MISSING
+    deterministic: bool = MISSING
+    device: str = MISSING
+    seed: int = MISSING
+    video: bool = MISSING
+    video_fps: int = MISSING
+    env: EvalEnvOverrides = MISSING
+    log_level: str = MISSING
 
 
 def register_configs() -> None:
@@ -153,18 +153,35 @@ def register_configs() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
 
 
+def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train") -> DictConfig:
+    """The config ``distrl train`` (or ``distrl eval``, ``config_name="eval"``) would run with these
+    command-line overrides, composed by Hydra from ``conf/`` and validated.
+
+    Example: ``compose_config(["experiment=cartpole", "train.num_train_steps=100000"])``.
+
+    Raises:
+        ConfigError: a bad value (the same one-line message as the command's).
+        hydra.errors.ConfigCompositionException: an unknown key or group option, or a value of
+            the wrong type.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from distrl.hydra_app import config_dir
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name, overrides=list(overrides))
+    (validate if config_name == "train" else validate_eval)(cfg)
+    return cfg
+
+
 OPTIMIZERS = ("rmsprop", "adam")
 ENCODERS = ("nature_cnn", "impala_resnet", "mlp")
 INIT_FNS = ("orthogonal", "xavier_uniform", "default")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
 
 
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -189,85 +206,6 @@ def _auto_or_positive_int(value: Any, key: str) -> None:
         value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
         key, value, "'auto' or an integer >= 1",
     )
-
-
-def resolve_num_actors(cfg: DictConfig) -> int:
-    """``num_actors`` as an int.
-
-    ``auto``: with the learner on CUDA, one actor process per available core but one
-    (kept for the trainer process); with the learner on the CPU, half the cores (at
-    least 1), since on CPU the learner needs as many cores as the actors
-    (README, "Throughput").
-    """
-    if cfg.num_actors != "auto":
-        return int(cfg.num_actors)
-    cores = cpu_count()
-    if resolve_device(cfg.device).type == "cuda":
-        return max(1, cores - 1)
-    return max(1, cores // 2)
-
-
-def resolve_learner_threads(cfg: DictConfig) -> int:
-    """``learner_threads`` as an int: ``auto`` is the cores the actors leave (at least 1)."""
-    if cfg.learner_threads != "auto":
-        return int(cfg.learner_threads)
-    return max(1, cpu_count() - resolve_num_actors(cfg))
-
-
-def resolve_async_step(cfg: DictConfig) -> bool:
-    """Whether actors step their envs asynchronously: ``env.async_step`` (``auto`` is true with
-    the learner on CUDA, false on the CPU), and only where it can happen, i.e. the ``vector``
-    Atari backend with an even ``envs_per_actor`` (each half steps while the other is inferred);
-    otherwise stepping is synchronous whatever the key says.
-
-    Stepping half of an actor's Atari envs in ale-py's thread while the actor runs inference on
-    the other half keeps two cores busy per actor: it raises sampling throughput (about 1.4x on
-    the 2-core development machine) but takes cores a CPU learner needs (end to end it gave
-    757 agent steps/s there against 812 without; README, "Throughput").
-    """
-    value = cfg.env.get("async_step", False)
-    if value == "auto":
-        value = resolve_device(cfg.device).type == "cuda"
-    possible = cfg.env.get("backend") == "vector" and cfg.envs_per_actor % 2 == 0
-    return bool(value) and possible
-
-
-def actor_cpu_affinity(cfg: DictConfig) -> list[tuple[int, ...] | None]:
-    """The cores each actor process is pinned to (``os.sched_setaffinity``): one entry per actor,
-    a tuple of core ids, or None where the actor is not pinned.
-
-    ``pin_actors=auto`` pins when env stepping is synchronous and not with ``env.async_step``
-    (whose env thread should run on a core of its own). A pinned actor with synchronous stepping
-    gets one core and ale-py's env thread shares it: the thread hand-off each step then stays
-    on one core, which raised sampling from 0.72 to 0.83 of the limit 1/(1/E + 1/I) on the
-    2-core development machine (README, "Throughput"). With
-    ``pin_actors=true`` and ``env.async_step``, each actor gets two cores. Cores are the ones
-    this process may use (its affinity mask: taskset, SLURM cpusets), handed out in order and
-    round-robin when the actors need more than there are.
-    """
-    n = resolve_num_actors(cfg)
-    pin = cfg.pin_actors
-    stepping_async = resolve_async_step(cfg)
-    if pin is False or (pin == "auto" and stepping_async) or not hasattr(os, "sched_setaffinity"):
-        return [None] * n
-    cores = sorted(os.sched_getaffinity(0))
-    width = 2 if stepping_async else 1
-    return [tuple(sorted({cores[(width * i + k) % len(cores)] for k in range(width)})) for i in range(n)]
-
-
-def actor_env_config(cfg: DictConfig) -> dict:
-    """The ``env`` node as a plain dict for actor processes, with ``async_step`` resolved."""
-    env = OmegaConf.to_container(cfg.env, resolve=True)
-    if "async_step" in env:
-        env["async_step"] = resolve_async_step(cfg)
-    return env
-
-
-def resolve_num_storages(cfg: DictConfig) -> int:
-    """``num_storages`` as an int: ``auto`` is 2 x the environments stepping at once + B."""
-    if cfg.num_storages != "auto":
-        return int(cfg.num_storages)
-    return 2 * resolve_num_actors(cfg) * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
 
 
 def resolve_device(name: str):
@@ -366,7 +304,6 @@ def validate(cfg: DictConfig) -> None:
         ConfigError: the first bad value, naming its key and what is allowed.
     """
     validate_env(cfg.env)
-    resolve_device(cfg.device)
     _auto_or_positive_int(cfg.num_actors, "num_actors")
     _auto_or_positive_int(cfg.num_storages, "num_storages")
     _auto_or_positive_int(cfg.learner_threads, "learner_threads")
@@ -381,13 +318,14 @@ def validate(cfg: DictConfig) -> None:
     _check(cfg.resume is False or cfg.resume is None or isinstance(cfg.resume, str), "resume", cfg.resume,
            "auto, false, or the path of a checkpoint or run directory")
 
-    stepping = resolve_num_actors(cfg) * cfg.envs_per_actor
-    num_storages = resolve_num_storages(cfg)
-    need = max(cfg.batch_size, stepping + 1)
+    from distrl.engine.placement import plan
+
+    placement = plan(cfg)
+    need = max(cfg.batch_size, placement.stepping + 1)
     _check(
-        num_storages >= need, "num_storages", num_storages,
+        placement.num_storages >= need, "num_storages", placement.num_storages,
         f"must be >= batch_size ({cfg.batch_size}) and > num_actors x envs_per_actor "
-        f"({stepping}, the environments stepping at once): use at least {need}",
+        f"({placement.stepping}, the environments stepping at once): use at least {need}",
     )
 
     agent = cfg.agent
@@ -408,7 +346,8 @@ def validate(cfg: DictConfig) -> None:
         _positive_int(model, key)
     _check(
         (model.encoder != "mlp") == _image_observations(cfg.env), "model.encoder", model.encoder,
-        "nature_cnn or impala_resnet for image observations (env=atari, env=image_cue), mlp for flat ones",
+        "nature_cnn or impala_resnet for image observations (env=atari, env=image_cue), "
+        "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
     )
     path = cfg.train.init_model_path
     _check(path is None or os.path.isfile(path), "train.init_model_path", path,

@@ -225,10 +225,12 @@ class DistributedActorLearner(nn.Module):
         self.actor = ActorCritic(obs_shape, num_actions, cfg)
         self.actor.load_state_dict(self.learner.state_dict())
 
-    def describe(self) -> str:
-        """The network's layers and its number of parameters."""
-        n_params = sum(p.numel() for p in self.learner.parameters())
-        return f"{self.learner}\nparameters: {n_params:,}"
+    def summary(self) -> str:
+        """One line: the encoder, the core and the number of parameters."""
+        net = self.learner
+        n_params = sum(p.numel() for p in net.parameters())
+        core = f"LSTM {net.core.hidden_size}" if net.core is not None else "no LSTM"
+        return f"model {type(net.encoder).__name__}, {core}, {n_params:,} parameters"
 
     def freeze(self) -> None:
         """Put the actor copy in shared memory, without gradients, in eval mode."""

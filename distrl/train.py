@@ -9,7 +9,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from distrl.checkpoint import CheckpointError, find_resume_checkpoint, load_checkpoint
+from distrl.checkpoint import CheckpointError
 from distrl.config import ConfigError, register_configs, validate
 from distrl.hydra_app import Terminated, checked, config_dir, fail
 
@@ -31,13 +31,9 @@ def main(cfg: DictConfig) -> None:
 
     run_dir = HydraConfig.get().runtime.output_dir
     try:
-        resume_path = find_resume_checkpoint(cfg.resume, run_dir)
-        resume_state = load_checkpoint(resume_path) if resume_path else None
-        trainer = DistributedTrainer(cfg, run_dir, resume_state=resume_state)
+        trainer = DistributedTrainer(cfg, run_dir)
     except (CheckpointError, ConfigError) as exc:
         fail("train", str(exc))
-    if resume_path:
-        log.info("resuming from %s", resume_path)
     # A shell that starts a job in the background may leave SIGINT ignored; Ctrl-C and
     # SIGTERM must always reach the trainer so that it can stop cleanly.
     signal.signal(signal.SIGINT, signal.default_int_handler)

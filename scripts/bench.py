@@ -38,26 +38,10 @@ import numpy as np
 import psutil
 import torch
 import torch.multiprocessing as mp
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from distrl.config import (
-    actor_cpu_affinity,
-    actor_env_config,
-    register_configs,
-    resolve_num_actors,
-    resolve_num_storages,
-    validate,
-)
-from distrl.hydra_app import config_dir
-
-
-def compose_cfg(overrides: list[str]) -> DictConfig:
-    register_configs()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
-    validate(cfg)
-    return cfg
+from distrl.config import compose_config
+from distrl.engine.placement import plan
 
 
 # ---------------------------------------------------------------- E and I workers (spawned)
@@ -128,14 +112,14 @@ def _run_workers(target, argsets, timeout: float) -> float:
 
 def bench_env(cfg, spec, args) -> float:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
-    cores = actor_cpu_affinity(cfg)
+    cores = plan(cfg).actor_cores
     return _run_workers(_env_worker, [(env_cfg, cfg.envs_per_actor, 1000 * i, cores[i], args.warmup, args.seconds)
                                       for i in range(len(cores))], args.warmup + args.seconds + 120)
 
 
 def bench_inference(cfg, spec, args) -> float:
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    cores = actor_cpu_affinity(cfg)
+    cores = plan(cfg).actor_cores
     dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
     return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.num_actions, model_cfg,
                                              cfg.envs_per_actor, c, args.warmup, args.seconds) for c in cores],
@@ -144,25 +128,19 @@ def bench_inference(cfg, spec, args) -> float:
 
 # ---------------------------------------------------------------- S: real actors, null learner
 def bench_sampling(cfg, spec, args) -> float:
-    from distrl.engine.actor import ActorContext, run_actor
-    from distrl.engine.storage import RolloutStorage, rollout_specs
+    from distrl.engine.actor import Channels, actor_contexts, run_actor
+    from distrl.engine.storage import RolloutLayout, RolloutStorage
     from distrl.policy import DistributedActorLearner
 
     ctx = mp.get_context("spawn")
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze()
-    specs = rollout_specs(cfg.num_steps, spec.obs_shape,
-                          torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
-                          (1, cfg.model.feature_dim) if cfg.model.use_lstm else None)
-    storage = RolloutStorage(specs, resolve_num_storages(cfg), ctx)
-    stop, episodes, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
-    version = ctx.Value("q", 0)
-    env_cfg = actor_env_config(cfg)
+    placement = plan(cfg)
+    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
+    channels = Channels.create(storage, ctx)
+    stop, episodes = channels.stop_event, channels.episode_queue
     procs = []
-    for i, cores in enumerate(actor_cpu_affinity(cfg)):
-        actx = ActorContext(env_cfg, cfg.num_steps, cfg.envs_per_actor, 1000 * i, policy.actor, storage.buffers,
-                            storage.free_queue, storage.full_queue, episodes, errors, stop, version, os.getpid(),
-                            "WARNING", cpu_affinity=cores)
+    for i, actx in enumerate(actor_contexts(cfg, placement, policy.actor, storage, channels, log_level="WARNING")):
         p = ctx.Process(target=run_actor, args=(i, actx), daemon=True)
         p.start()
         procs.append(p)
@@ -203,24 +181,21 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
 
 
 def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float, out) -> None:
-    from distrl.config import resolve_device, resolve_learner_threads
     from distrl.engine.learner import Learner, make_optimizer, make_scheduler
-    from distrl.engine.storage import RolloutStorage, rollout_specs
+    from distrl.engine.storage import RolloutLayout, RolloutStorage
     from distrl.policy import DistributedActorLearner
 
     cfg = OmegaConf.create(cfg_dict)
-    torch.set_num_threads(resolve_learner_threads(cfg))
-    device = resolve_device(cfg.device)
+    placement = plan(cfg)
+    torch.set_num_threads(placement.learner_threads)
+    device = placement.device
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
     policy.freeze()
     steps_per_update = cfg.num_steps * cfg.batch_size
     optimizer = make_optimizer(policy, cfg.agent)
     scheduler = make_scheduler(optimizer, steps_per_update, 10**12)
     learner = Learner(policy, optimizer, scheduler, cfg.agent, device, compile=compile_model)
-    specs = rollout_specs(cfg.num_steps, spec.obs_shape,
-                          torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
-                          (1, cfg.model.feature_dim) if cfg.model.use_lstm else None)
-    storage = RolloutStorage(specs, max(cfg.batch_size, 2), mp.get_context("spawn"))
+    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), max(cfg.batch_size, 2), mp.get_context("spawn"))
     buf = storage.buffers
     if spec.obs_dtype == np.uint8:
         buf["obs"].random_(0, 255)
@@ -293,15 +268,16 @@ def main() -> None:
                         help="rounds of E, I, S, L (interleaved, so that a machine whose speed drifts "
                              "affects every figure alike); each figure is the median of its rounds")
     args, overrides = parser.parse_known_args()
-    cfg = compose_cfg(overrides)
+    cfg = compose_config(overrides)
     from distrl.envs import env_spec
 
     spec = env_spec(cfg.env)
     machine = {"cpu": platform.processor() or _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
                "python": platform.python_version(), "device": cfg.device}
-    setup = {"env": cfg.env.id, "num_actors": resolve_num_actors(cfg), "envs_per_actor": cfg.envs_per_actor,
+    placement = plan(cfg)
+    setup = {"env": cfg.env.id, "num_actors": placement.num_actors, "envs_per_actor": cfg.envs_per_actor,
              "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder,
-             "actor_cores": actor_cpu_affinity(cfg), "overrides": overrides}
+             "actor_cores": placement.actor_cores, "overrides": overrides}
     print(json.dumps({"machine": machine, "setup": setup}), flush=True)
     figures: dict[str, float] = {}
 

@@ -1,4 +1,4 @@
-"""How fast does ``distrl train env=cartpole`` learn? Agent steps and wall time to a target eval return.
+"""How fast does ``distrl train experiment=cartpole`` learn? Agent steps and wall time to a target eval return.
 
 Runs the real command once per seed, stops it (Ctrl-C, which saves a
 checkpoint) as soon as an evaluation's mean return reaches the target, and
@@ -37,7 +37,7 @@ def first_crossing(metrics: Path, target: float):
 
 def run(seed: int, target: float, overrides: list[str], out: Path, budget_s: float) -> dict:
     run_dir = out / f"seed{seed}"
-    cmd = [sys.executable, "-m", "distrl", "train", "env=cartpole", f"seed={seed}", *overrides,
+    cmd = [sys.executable, "-m", "distrl", "train", "experiment=cartpole", f"seed={seed}", *overrides,
            f"hydra.run.dir={run_dir}"]
     start = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -28,7 +28,7 @@ TINY_PONG = [
     "env.max_episode_steps=150", "learner_threads=1",
 ]
 TINY_CARTPOLE = [
-    "env=cartpole", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
+    "experiment=cartpole", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
     "train.num_train_steps=3000", "train.log_interval=500", "train.num_eval_episodes=2", "learner_threads=1",
 ]
 

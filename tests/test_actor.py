@@ -12,15 +12,14 @@ import queue
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import compose_train
 
-from distrl.config import actor_env_config
-from distrl.engine.actor import ActorContext, act
-from distrl.engine.storage import RolloutStorage, rollout_specs
+from distrl.engine.actor import Channels, act, actor_contexts
+from distrl.engine.placement import plan
+from distrl.engine.storage import RolloutLayout, RolloutStorage
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner
 
@@ -28,21 +27,17 @@ T, N_ENVS, SLOTS_WANTED = 12, 4, 48
 
 
 def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
-    cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}"])
+    cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze()
     ctx = mp.get_context("spawn")
-    core_shape = (1, cfg.model.feature_dim) if cfg.model.use_lstm else None
-    obs_dtype = torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32
-    storage = RolloutStorage(rollout_specs(T, spec.obs_shape, obs_dtype, spec.num_actions, core_shape),
-                             3 * N_ENVS, ctx)
-    stop = ctx.Event()
-    actor_ctx = ActorContext(
-        actor_env_config(cfg), T, N_ENVS, 7, policy.actor, storage.buffers,
-        storage.free_queue, storage.full_queue, ctx.Queue(), ctx.Queue(), stop, ctx.Value("q", 0), os.getppid(),
-    )
+    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
+    channels = Channels.create(storage, ctx)
+    stop = channels.stop_event
+    actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, storage, channels)[0]
+    actor_ctx.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours
     held: list[int] = []
     errors: list[BaseException] = []
 

@@ -69,9 +69,11 @@ def test_eval_video_is_a_real_mp4(tmp_path):
 def test_resume_continues_weights_optimizer_schedule_and_counters(cartpole_run, tmp_path):
     from distrl.engine.trainer import DistributedTrainer
 
-    state = load_checkpoint(cartpole_run / "checkpoints" / "latest.pt")
-    cfg = compose_train(TINY_CARTPOLE + [f"train.num_train_steps={2 * N}", "train.num_eval_episodes=0"])
-    trainer = DistributedTrainer(cfg, tmp_path / "resumed", progress=False, resume_state=state)
+    latest = cartpole_run / "checkpoints" / "latest.pt"
+    state = load_checkpoint(latest)
+    cfg = compose_train(TINY_CARTPOLE + [f"train.num_train_steps={2 * N}", "train.num_eval_episodes=0",
+                                         f"resume={latest}"])
+    trainer = DistributedTrainer(cfg, tmp_path / "resumed", progress=False)
     steps_per_update = cfg.num_steps * cfg.batch_size
     assert state["updates"] * steps_per_update == state["agent_steps"]
     expected_lr = cfg.agent.lr * (1 - state["agent_steps"] / (2 * N))

@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import compose_train, run_distrl
 
-from distrl.config import ConfigError, actor_cpu_affinity, validate
+from distrl.config import ConfigError, validate
+from distrl.engine.placement import plan
 from distrl.hydra_app import config_dir
 
 CONF = Path(config_dir())
@@ -19,7 +20,8 @@ def options(group: str) -> list[str]:
 
 
 def test_the_config_groups_are_there():
-    assert {"atari", "cartpole", "image_cue", "image_cue_memory"} <= set(options("env"))
+    assert {"atari", "gym", "image_cue", "image_cue_memory"} <= set(options("env"))
+    assert {"cartpole", "image_cue", "image_cue_memory"} <= set(options("experiment"))
     assert {"nature_cnn", "impala_resnet", "mlp"} <= set(options("model"))
     assert "impala" in options("agent")
 
@@ -27,18 +29,26 @@ def test_the_config_groups_are_there():
 @pytest.mark.parametrize("env", options("env"))
 @pytest.mark.parametrize("agent", options("agent"))
 def test_every_env_and_agent_composes_and_validates(env, agent):
-    cfg = compose_train([f"env={env}", f"agent={agent}"])
+    cfg = compose_train([f"env={env}", f"agent={agent}", *(["model=mlp"] if env == "gym" else [])])
     validate(cfg)
     assert cfg.env.kind in ("atari", "gym")
 
 
 @pytest.mark.parametrize("model", options("model"))
 def test_every_model_composes_with_a_matching_env(model):
-    envs = ["cartpole"] if model == "mlp" else ["atari", "image_cue"]
+    envs = ["gym"] if model == "mlp" else ["atari", "image_cue", "image_cue_memory"]
     for env in envs:
         cfg = compose_train([f"env={env}", f"model={model}"])
         validate(cfg)
         assert cfg.model.encoder == model
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_every_experiment_preset_composes_and_validates(experiment):
+    cfg = compose_train([f"experiment={experiment}"])
+    validate(cfg)
+    defaults = compose_train([])
+    assert cfg != defaults  # a preset that changes nothing is not a preset
 
 
 def test_defaults_follow_the_issue_and_the_paper():
@@ -47,13 +57,36 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cfg.num_steps == 5 and cfg.batch_size == 16 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
     assert cfg.model.encoder == "nature_cnn"
     assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
-    cartpole = compose_train(["env=cartpole"])
+    cartpole = compose_train(["experiment=cartpole"])
     assert cartpole.model.encoder == "mlp" and cartpole.num_steps == 16 and cartpole.agent.lr == 0.005
+    assert cartpole.env.kind == "gym" and cartpole.env.id == "CartPole-v1"
 
 
-def test_the_command_line_beats_the_env_preset():
-    cfg = compose_train(["env=cartpole", "num_steps=7", "agent.lr=0.001", "train.eval_interval=123"])
+def test_the_command_line_beats_the_experiment_preset():
+    cfg = compose_train(["experiment=cartpole", "num_steps=7", "agent.lr=0.001", "train.eval_interval=123"])
     assert (cfg.num_steps, cfg.agent.lr, cfg.train.eval_interval) == (7, 0.001, 123)
+
+
+def test_another_gymnasium_id_is_an_env_choice_only():
+    """env=gym chooses the env and nothing else: the agent's values stay the defaults."""
+    cfg = compose_train(["env=gym", "env.id=Acrobot-v1", "model=mlp"])
+    validate(cfg)
+    defaults = compose_train([])
+    assert cfg.agent == defaults.agent and cfg.num_steps == defaults.num_steps
+    assert cfg.env.id == "Acrobot-v1"
+
+
+def test_every_default_lives_in_the_yaml_alone():
+    """The dataclasses give types only: every field of every schema is MISSING."""
+    import dataclasses
+
+    from distrl import config
+
+    schemas = [config.AtariEnvConfig, config.GymEnvConfig, config.AgentConfig, config.ModelConfig,
+               config.TrainBlock, config.TrainConfig, config.EvalEnvOverrides, config.EvalConfig]
+    for schema in schemas:
+        for f in dataclasses.fields(schema):
+            assert f.default == "???" and f.default_factory is dataclasses.MISSING, f"{schema.__name__}.{f.name}"
 
 
 BAD = [
@@ -61,8 +94,8 @@ BAD = [
     (["num_storages=4", "batch_size=8"], "num_storages"),
     (["num_storages=8", "num_actors=2", "envs_per_actor=4"], "num_storages"),
     (["env.id=ALE/NoSuchGame-v5"], "env.id"),
-    (["env=cartpole", "env.id=NoSuchEnv-v0"], "env.id"),
-    (["env=cartpole", "env.id=ALE/Pong-v5"], "env.id"),
+    (["experiment=cartpole", "env.id=NoSuchEnv-v0"], "env.id"),
+    (["experiment=cartpole", "env.id=ALE/Pong-v5"], "env.id"),
     (["device=tpu"], "device"),
     (["device=banana:3"], "device"),
     (["train.eval_interval=0"], "train.eval_interval"),
@@ -72,14 +105,15 @@ BAD = [
     (["num_steps=0"], "num_steps"),
     (["batch_size=0"], "batch_size"),
     (["model=mlp"], "model.encoder"),
-    (["env=cartpole", "model=nature_cnn"], "model.encoder"),
+    (["experiment=cartpole", "model=nature_cnn"], "model.encoder"),
+    (["env=gym"], "model.encoder"),
     (["agent.discount=1.5"], "agent.discount"),
     (["env.async_step=sometimes"], "env.async_step"),
     (["pin_actors=sometimes"], "pin_actors"),
     (["agent.lr=0"], "agent.lr"),
     (["agent.optimizer=sgd"], "agent.optimizer"),
     (["env=image_cue", "model=mlp"], "model.encoder"),
-    (["env=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
+    (["experiment=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
 ]
 if not torch.cuda.is_available():
@@ -117,13 +151,17 @@ def test_unknown_keys_and_wrong_types_fail_at_compose_time(args, key, tmp_path):
     assert not done.children
 
 
+def actor_cores(cfg) -> list:
+    return list(plan(cfg).actor_cores)
+
+
 def test_actors_are_pinned_to_the_cores_this_process_may_use():
     allowed = sorted(os.sched_getaffinity(0))
     many = len(allowed) + 1  # more actors than cores: round-robin
-    pinned = actor_cpu_affinity(compose_train([f"num_actors={many}", "env.async_step=false"]))
+    pinned = actor_cores(compose_train([f"num_actors={many}", "env.async_step=false"]))
     assert pinned == [(allowed[i % len(allowed)],) for i in range(many)]
     # async stepping wants a core for ale-py's env thread: not pinned by default, two cores when asked
-    assert actor_cpu_affinity(compose_train(["num_actors=2", "env.async_step=true"])) == [None, None]
-    two = actor_cpu_affinity(compose_train(["num_actors=1", "env.async_step=true", "pin_actors=true"]))[0]
+    assert actor_cores(compose_train(["num_actors=2", "env.async_step=true"])) == [None, None]
+    two = actor_cores(compose_train(["num_actors=1", "env.async_step=true", "pin_actors=true"]))[0]
     assert set(two) <= set(allowed) and len(two) == min(2, len(allowed))
-    assert actor_cpu_affinity(compose_train(["num_actors=2", "pin_actors=false"])) == [None, None]
+    assert actor_cores(compose_train(["num_actors=2", "pin_actors=false"])) == [None, None]

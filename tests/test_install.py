@@ -21,7 +21,9 @@ def test_wheel_install_runs_from_another_directory(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import distrl; print(distrl.__file__)"], cwd=tmp_path,
                            env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(site)), where
-    assert (site / "distrl" / "conf" / "env" / "atari.yaml").is_file()
+    for group in ("env", "agent", "model", "experiment"):  # every config group is in the wheel
+        assert sorted(p.name for p in (site / "distrl" / "conf" / group).glob("*.yaml")) == sorted(
+            p.name for p in (REPO / "conf" / group).glob("*.yaml")), group
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

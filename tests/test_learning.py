@@ -77,8 +77,7 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
     Its curve and its checkpoint then go through scripts/learning_curve.py and
     scripts/inspect_checkpoint.py."""
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", "env=image_cue", "train.num_train_steps=30000", "train.eval_interval=10000",
-                       f"hydra.run.dir={run_dir}"], timeout=300)
+    done = run_distrl(["train", "experiment=image_cue", f"hydra.run.dir={run_dir}"], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert final_eval(run_dir) >= 18.0
 
@@ -111,8 +110,8 @@ def test_only_the_lstm_solves_image_cue_memory(use_lstm, tmp_path):
     in 60k agent steps (about 2 minutes on 2 cores; it had 0.84 at 30k); the feed-forward model
     stays near random play (1/6)."""
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", "env=image_cue_memory", f"model.use_lstm={str(use_lstm).lower()}",
-                       "train.num_train_steps=60000", "train.eval_interval=60000", "train.num_eval_episodes=50",
+    done = run_distrl(["train", "experiment=image_cue_memory", f"model.use_lstm={str(use_lstm).lower()}",
+                       "train.eval_interval=60000", "train.num_eval_episodes=50",
                        f"hydra.run.dir={run_dir}"], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     if use_lstm:

@@ -1,4 +1,4 @@
-"""The seed API of DistributedActorLearner: describe, explore, freeze, forward, to, save, load."""
+"""The seed API of DistributedActorLearner: summary, explore, freeze, forward, to, save, load."""
 
 import torch
 from conftest import compose_train
@@ -7,13 +7,13 @@ from distrl.policy import DistributedActorLearner
 
 
 def make(model: str, obs_shape):
-    cfg = compose_train([f"model={model}", "env=cartpole" if model == "mlp" else "env=atari"])
+    cfg = compose_train([f"model={model}", "experiment=cartpole" if model == "mlp" else "env=atari"])
     return DistributedActorLearner(obs_shape, 6, cfg.model)
 
 
 def test_actor_and_learner_copies(tmp_path):
     policy = make("nature_cnn", (4, 84, 84))
-    assert "parameters:" in policy.describe() and "Conv2d" in policy.describe()
+    assert policy.summary().endswith(f"{sum(p.numel() for p in policy.learner.parameters()):,} parameters")
     policy.to("cpu")
     policy.freeze()
     assert all(p.is_shared() and not p.requires_grad for p in policy.actor.parameters())

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.engine.storage import PER_SLOT_KEYS
+from distrl.engine.storage import ACTED_KEYS, STEPPED_KEYS, RolloutStorage
 
 log = logging.getLogger(__name__)
 
@@ -29,27 +29,55 @@ POLL_SECONDS = 0.5
 
 
 @dataclass
+class Channels:
+    """The shared objects between the trainer and its actors.
+
+    Attributes:
+        free_queue, full_queue: slot index queues (those of the :class:`RolloutStorage`).
+        episode_queue: finished episodes as ``(actor_id, return, length)``.
+        error_queue: an actor's exception as ``(actor_id, traceback text)``.
+        stop_event: set by the trainer to stop every actor.
+        policy_version: shared counter of learner updates (int64).
+    """
+
+    free_queue: Any
+    full_queue: Any
+    episode_queue: Any
+    error_queue: Any
+    stop_event: Any
+    policy_version: Any
+
+    @classmethod
+    def create(cls, storage: RolloutStorage, mp_context, policy_version: int = 0) -> Channels:
+        return cls(storage.free_queue, storage.full_queue, mp_context.Queue(), mp_context.Queue(),
+                   mp_context.Event(), mp_context.Value("q", policy_version))
+
+
+def env_seed(run_seed: int, actor_id: int, envs_per_actor: int) -> int:
+    """Seed of an actor's first environment; its others take the next ones, so no two envs of a
+    run share a seed (and evaluation seeds, :func:`distrl.engine.evaluator.eval_seed`, lie apart)."""
+    return run_seed * 100_003 + actor_id * envs_per_actor
+
+
+@dataclass
 class ActorContext:
     """Everything an actor process needs, as picklable plain values and shared objects.
 
     Attributes:
-        env_cfg: the ``env`` config node as a plain dict (no Hydra objects in children).
+        env_cfg: the ``env`` config node as a plain dict, ``async_step`` resolved
+            (:class:`distrl.engine.placement.Placement`); no Hydra objects in children.
         num_steps: unroll length T.
         num_envs: environments stepped by this actor.
-        seed: seed of this actor's first environment; the others take the next ones.
+        seed: seed of this actor's first environment (:func:`env_seed`).
         model: the shared-memory actor copy of the network (``ActorCritic``).
         buffers: the storages' shared tensors.
-        free_queue, full_queue: slot index queues.
-        episode_queue: where finished episodes go as ``(actor_id, return, length)``.
-        error_queue: where an exception goes as ``(actor_id, traceback text)``.
-        stop_event: set by the trainer to stop.
-        policy_version: shared counter of learner updates.
+        channels: queues, stop event and policy version shared with the trainer.
         parent_pid: the trainer's pid; the actor exits when it is gone.
         log_level: logging level name for this process.
         log_file: a file this process also logs to (resolved by the parent: Hydra's
             logging setup does not reach spawned children), or None.
         cpu_affinity: the cores this process (and the env threads it starts) may run on, or
-            None to leave it to the OS (``distrl.config.actor_cpu_affinity``).
+            None to leave it to the OS.
     """
 
     env_cfg: dict
@@ -58,16 +86,25 @@ class ActorContext:
     seed: int
     model: Any
     buffers: dict
-    free_queue: Any
-    full_queue: Any
-    episode_queue: Any
-    error_queue: Any
-    stop_event: Any
-    policy_version: Any
+    channels: Channels
     parent_pid: int
     log_level: str = "INFO"
     log_file: str | None = None
     cpu_affinity: tuple[int, ...] | None = None
+
+
+def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
+                   log_file: str | None = None, log_level: str | None = None) -> list[ActorContext]:
+    """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``."""
+    return [
+        ActorContext(
+            env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
+            seed=env_seed(cfg.seed, actor_id, placement.envs_per_actor), model=model,
+            buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
+            log_level=log_level or cfg.log_level, log_file=log_file, cpu_affinity=placement.actor_cores[actor_id],
+        )
+        for actor_id in range(placement.num_actors)
+    ]
 
 
 class _Stopped(Exception):
@@ -82,7 +119,7 @@ def pin_process(cores: tuple[int, ...] | None) -> None:
 
 
 def run_actor(actor_id: int, ctx: ActorContext) -> None:
-    """Process entry point: run :func:`act` and report any exception on ``error_queue``."""
+    """Process entry point: run :func:`act` and report any exception on the error queue."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin_process(ctx.cpu_affinity)
     handlers: list[logging.Handler] = [logging.StreamHandler()]
@@ -91,6 +128,7 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
     logging.basicConfig(level=ctx.log_level, handlers=handlers,
                         format=f"[%(asctime)s][actor {actor_id}][%(levelname)s] - %(message)s")
     torch.set_num_threads(1)
+    ch = ctx.channels
     held: list[int] = []
     try:
         act(actor_id, ctx, held)
@@ -98,13 +136,13 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
         pass
     except Exception:
         log.exception("actor %d failed", actor_id)
-        ctx.error_queue.put((actor_id, traceback.format_exc()))
+        ch.error_queue.put((actor_id, traceback.format_exc()))
         raise SystemExit(1) from None
     finally:
         orphaned = os.getppid() != ctx.parent_pid
         for index in held:
-            ctx.free_queue.put(index)
-        for q in (ctx.free_queue, ctx.full_queue, ctx.episode_queue, ctx.error_queue):
+            ch.free_queue.put(index)
+        for q in (ch.free_queue, ch.full_queue, ch.episode_queue, ch.error_queue):
             q.close()
             if orphaned:  # nobody reads any more: never block on a full pipe
                 q.cancel_join_thread()
@@ -113,17 +151,7 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
 
 
 def _should_stop(ctx: ActorContext) -> bool:
-    return ctx.stop_event.is_set() or os.getppid() != ctx.parent_pid
-
-
-def _take_slot(ctx: ActorContext) -> int:
-    while True:
-        if _should_stop(ctx):
-            raise _Stopped
-        try:
-            return ctx.free_queue.get(timeout=POLL_SECONDS)
-        except queue.Empty:
-            continue
+    return ctx.channels.stop_event.is_set() or os.getppid() != ctx.parent_pid
 
 
 class _Stepper:
@@ -160,42 +188,128 @@ class _Stepper:
         return self.all_ids, obs, reward, terminated, truncated, info
 
 
+class _EnvSlots:
+    """Where each of an actor's ``n`` environments is in its slot, and the slots the actor holds.
+
+    Attributes:
+        slot: ``[n] int64``, each env's current slot, -1 before its first observation is acted on.
+        row: ``[n] int64``, the row each env's next observation goes to (0..T).
+        version: ``[n] int64``, the policy version each env's current slot started with.
+        held: the slot indices this actor owns (returned to the free queue on any exit).
+        stage: the small keys (every key but ``obs``) as local ``[n, T+1, ...]`` tensors, written a
+            batch at a time and copied into the slots once per unroll.
+    """
+
+    def __init__(self, ctx: ActorContext, held: list[int]):
+        self.ctx = ctx
+        n = ctx.num_envs
+        self.slot = np.full(n, -1, dtype=np.int64)
+        self.row = np.zeros(n, dtype=np.int64)
+        self.version = np.zeros(n, dtype=np.int64)
+        self.held = held
+        # Observations go straight into each env's shared slot (one memcpy per env and step).
+        # Staging them too would stream every frame through memory twice and, with the larger
+        # working set, evict the model's weights from the cache between forward passes.
+        self.stage = {key: torch.zeros((n, *ctx.buffers[key].shape[1:]), dtype=ctx.buffers[key].dtype)
+                      for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs"}
+
+    def start(self, i: int, core_before: tuple) -> None:
+        """Give env ``i`` a free slot whose row 0 is the row the env has just staged; with an LSTM
+        core, the slot's initial state is the env's state before that row (``core_before``)."""
+        ch = self.ctx.channels
+        while True:
+            if _should_stop(self.ctx):
+                raise _Stopped
+            try:
+                slot = ch.free_queue.get(timeout=POLL_SECONDS)
+                break
+            except queue.Empty:
+                continue
+        self.held.append(slot)
+        self.slot[i] = slot
+        self.version[i] = ch.policy_version.value
+        if core_before:
+            self.ctx.buffers["core_h"][slot].copy_(core_before[0][:, i])
+            self.ctx.buffers["core_c"][slot].copy_(core_before[1][:, i])
+
+    def finish(self, envs: np.ndarray) -> None:
+        """Copy the staged keys of ``envs`` (``[k] int64`` env indices at row T) into their slots,
+        hand the slots to the learners, and move the last staged row to row 0 for the next slots."""
+        slots = self.slot[envs]
+        slots_t, envs_t = torch.from_numpy(slots), torch.from_numpy(envs)
+        buf = self.ctx.buffers
+        for key, value in self.stage.items():  # one indexed copy per key for all envs
+            buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
+            value[envs_t, 0] = value[envs_t, -1]
+        buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
+        for slot in slots.tolist():
+            self.held.remove(slot)
+            self.ctx.channels.full_queue.put(slot)
+        self.slot[envs] = -1
+        self.row[envs] = 0
+        if _should_stop(self.ctx):
+            raise _Stopped
+
+    def write_obs(self, envs: np.ndarray, obs: torch.Tensor) -> None:
+        """``obs [k, *obs_shape]`` into each env's slot at its row: one memcpy each (an indexed
+        put of uint8 images is many times slower)."""
+        obs_slots = self.ctx.buffers["obs"]
+        for j, (slot, t) in enumerate(zip(self.slot[envs].tolist(), self.row[envs].tolist(), strict=True)):
+            obs_slots[slot, t].copy_(obs[j])
+
+    def at(self, ids: np.ndarray) -> tuple:
+        """Index of the (env, row) pairs of ``ids`` in a stage tensor: a slice and an int when the
+        envs are consecutive and at the same row (the usual case, and much cheaper to write
+        through), else two index tensors."""
+        rows = self.row[ids]
+        if (rows == rows[0]).all() and (ids[1:] - ids[:-1] == 1).all():
+            return slice(int(ids[0]), int(ids[-1]) + 1), int(rows[0])
+        return torch.from_numpy(ids), torch.from_numpy(rows)
+
+
+class _Episodes:
+    """Running return and length of each env's episode; finished ones go to the episode queue."""
+
+    def __init__(self, actor_id: int, ctx: ActorContext):
+        self.actor_id, self.queue = actor_id, ctx.channels.episode_queue
+        self.total = np.zeros(ctx.num_envs, dtype=np.float64)
+        self.length = np.zeros(ctx.num_envs, dtype=np.int64)
+
+    def add(self, ids: np.ndarray, reward: np.ndarray, ended: np.ndarray) -> None:
+        self.total[ids] += reward
+        self.length[ids] += 1
+        done = ids[ended]
+        for i in done:
+            self.queue.put((self.actor_id, float(self.total[i]), int(self.length[i])))
+        self.total[done] = 0.0
+        self.length[done] = 0
+
+
 def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     """Fill storage slots with unrolls until stopped.
 
-    Each environment has its own slot and row counter; a batch of environments
-    (all of them, or half with ``env.async_step``) is stepped, its rewards and
-    episode ends written to the current rows, the model run on the new
-    observations, and their rows advanced. An environment whose slot reaches
-    row T hands it to the learners and starts the next slot with that row.
+    Each step: run the model on the observations of a batch of envs (all of them, or half with
+    async stepping), stage its output at each env's row and write the observation into the slot;
+    hand in the slots that reached row T (their row T becomes the next slot's row 0); send the
+    actions; receive the next batch and stage what the step gave (rewards, episode ends and,
+    on truncation, the value of the final observation); advance the rows.
 
-    ``held`` is kept equal to the slot indices this actor owns, so the caller
-    can return them on any exit.
+    ``held`` is kept equal to the slot indices this actor owns, so the caller can return them on
+    any exit.
     """
     from omegaconf import OmegaConf
 
-    from distrl.envs import final_observations, make_vector_env
+    from distrl.envs import make_vector_env
 
     env_cfg = OmegaConf.create(ctx.env_cfg)
-    n, T, model, buf = ctx.num_envs, ctx.num_steps, ctx.model, ctx.buffers
-    # resolved by the trainer (distrl.config.actor_env_config): true only where it can happen
-    env = make_vector_env(env_cfg, n, num_threads=1, async_step=bool(env_cfg.get("async_step", False)))
-    stepper = _Stepper(env, n)
-    # Observations go straight into each env's shared slot (one memcpy per env and step). The
-    # small keys are staged in local [n, T+1, ...] tensors, written a batch at a time, and
-    # copied into the slot once per unroll. Staging the observations too would stream every
-    # frame through memory twice and, with the larger working set, evict the model's weights
-    # from the cache between forward passes.
-    obs_slots = buf["obs"]
-    stage = {key: torch.zeros((n, *value.shape[1:]), dtype=value.dtype)
-             for key, value in buf.items() if key not in PER_SLOT_KEYS and key != "obs"}
-    row = np.zeros(n, dtype=np.int64)
-    slot_of = np.full(n, -1, dtype=np.int64)  # -1 until the env's first observation is acted on
-    version_of = np.zeros(n, dtype=np.int64)
-    core = model.initial_state(n)
-    core_before = core  # LSTM state before each env's latest observation
-    episode_return = np.zeros(n, dtype=np.float64)
-    episode_length = np.zeros(n, dtype=np.int64)
+    model, T = ctx.model, ctx.num_steps
+    env = make_vector_env(env_cfg, ctx.num_envs, num_threads=1, async_step=bool(env_cfg.get("async_step", False)))
+    stepper = _Stepper(env, ctx.num_envs)
+    envs = _EnvSlots(ctx, held)
+    stage = envs.stage
+    episodes = _Episodes(actor_id, ctx)
+    core = model.initial_state(ctx.num_envs)
+    core_before = core  # each env's LSTM state before its latest observation
     try:
         ids, obs_np = stepper.reset(ctx.seed)
         first = torch.ones(len(ids), dtype=torch.bool)
@@ -207,102 +321,49 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if core:
                 core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
                 core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
-            rows = row[ids]
-            _stage_row(stage, _at(ids, rows), first, out)
-            for i in ids[slot_of[ids] < 0].tolist():  # each env's first observation
-                _start_slot(ctx, held, slot_of, version_of, core_before, i)
-            _write_obs(obs_slots, slot_of[ids], rows, obs)
-            at_end = np.flatnonzero(rows == T)
+            at = envs.at(ids)
+            stage["first"][at] = first
+            for key in ("action", "policy_logits", "baseline"):
+                stage[key][at] = out[key]
+            for i in ids[envs.slot[ids] < 0].tolist():  # each env's first observation
+                envs.start(i, core_before)
+            envs.write_obs(ids, obs)
+            at_end = np.flatnonzero(envs.row[ids] == T)
             if len(at_end):
-                done = ids[at_end]
-                _finish_slots(ctx, held, stage, slot_of, version_of, done)
-                row[done] = 0
-                for i in done.tolist():
-                    _start_slot(ctx, held, slot_of, version_of, core_before, i)
-                _write_obs(obs_slots, slot_of[done], row[done], obs[at_end])  # row 0 repeats row T
+                full = ids[at_end]
+                envs.finish(full)
+                for i in full.tolist():
+                    envs.start(i, core_before)
+                envs.write_obs(full, obs[at_end])  # row 0 repeats row T
             stepper.send(out["action"].numpy())
 
             ids, obs_np, reward, terminated, truncated, info = stepper.recv()
-            if (slot_of[ids] < 0).any():  # with async_step, the other half's reset observations
+            if (envs.slot[ids] < 0).any():  # with async stepping, the other half's reset observations
                 first = torch.ones(len(ids), dtype=torch.bool)
                 continue
-            at = _at(ids, row[ids])
-            ended = terminated | truncated
+            at = envs.at(ids)
             stage["reward"][at] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
             stage["terminated"][at] = torch.from_numpy(terminated)
             stage["truncated"][at] = torch.from_numpy(truncated)
             stage["truncation_value"][at] = 0.0
             if truncated.any():
-                cut = ids[truncated]
-                cut_t = torch.from_numpy(cut)
-                final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
-                final_core = tuple(c[:, cut_t] for c in core)
-                no_reset = torch.zeros(len(cut), dtype=torch.bool)
-                values = model.act(final, no_reset, final_core)[0]["baseline"]
-                stage["truncation_value"][cut_t, torch.from_numpy(row[cut])] = values
-
-            episode_return[ids] += reward
-            episode_length[ids] += 1
-            ended_ids = ids[ended]
-            for i in ended_ids:
-                ctx.episode_queue.put((actor_id, float(episode_return[i]), int(episode_length[i])))
-            episode_return[ended_ids] = 0.0
-            episode_length[ended_ids] = 0
-            row[ids] += 1
+                _stage_truncation_values(model, stage, envs, ids[truncated], core, info, truncated)
+            ended = terminated | truncated
+            episodes.add(ids, reward, ended)
+            envs.row[ids] += 1
             first = torch.from_numpy(ended)
     finally:
         env.close()
 
 
-def _start_slot(ctx, held, slot_of, version_of, core_before, i: int) -> None:
-    """Give env ``i`` a free slot whose row 0 is the row the env has just staged."""
-    slot = _take_slot(ctx)
-    held.append(slot)
-    slot_of[i] = slot
-    version_of[i] = ctx.policy_version.value
-    if core_before:
-        ctx.buffers["core_h"][slot].copy_(core_before[0][:, i])
-        ctx.buffers["core_c"][slot].copy_(core_before[1][:, i])
+def _stage_truncation_values(model, stage: dict, envs: _EnvSlots, cut: np.ndarray, core: tuple, info: dict,
+                             truncated: np.ndarray) -> None:
+    """For envs ``cut`` whose episode hit its time limit: the behaviour baseline of the final
+    observation, which V-trace bootstraps from instead of the next episode's first state."""
+    from distrl.envs import final_observations
 
-
-def _finish_slots(ctx, held, stage, slot_of, version_of, envs: np.ndarray) -> None:
-    """Copy the staged keys of ``envs`` (``[k] int64`` env indices whose slots are at row T)
-    into their slots, hand the slots to the learners and move the last staged row to row 0
-    for the next slots."""
-    slots = slot_of[envs]
-    slots_t, envs_t = torch.from_numpy(slots), torch.from_numpy(envs)
-    buf = ctx.buffers
-    for key, value in stage.items():  # small keys: one indexed copy per key for all envs
-        buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
-        value[envs_t, 0] = value[envs_t, -1]
-    buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(version_of[envs]))
-    for slot in slots.tolist():
-        held.remove(slot)
-        ctx.full_queue.put(slot)
-    slot_of[envs] = -1
-    if _should_stop(ctx):
-        raise _Stopped
-
-
-def _write_obs(obs_slots: torch.Tensor, slots: np.ndarray, rows: np.ndarray, obs: torch.Tensor) -> None:
-    """``obs_slots[slots[j], rows[j]] = obs[j]`` for the storage's ``[S, T+1, *obs_shape]``
-    observations, ``slots``/``rows`` ``[k] int64`` and ``obs [k, *obs_shape]``: one memcpy each
-    (an indexed put of uint8 images is many times slower)."""
-    for j, (slot, t) in enumerate(zip(slots.tolist(), rows.tolist(), strict=True)):
-        obs_slots[slot, t].copy_(obs[j])
-
-
-def _at(ids: np.ndarray, rows: np.ndarray) -> tuple:
-    """Index of the (env, row) pairs in a ``[n, T+1, ...]`` stage tensor: a slice and an int when
-    the envs are consecutive and at the same row (the usual case, and much cheaper to write
-    through), else two index tensors."""
-    if (rows == rows[0]).all() and (ids[1:] - ids[:-1] == 1).all():
-        return slice(int(ids[0]), int(ids[-1]) + 1), int(rows[0])
-    return torch.from_numpy(ids), torch.from_numpy(rows)
-
-
-def _stage_row(stage: dict, at: tuple, first, out) -> None:
-    stage["first"][at] = first
-    stage["action"][at] = out["action"]
-    stage["policy_logits"][at] = out["policy_logits"]
-    stage["baseline"][at] = out["baseline"]
+    cut_t = torch.from_numpy(cut)
+    final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
+    no_reset = torch.zeros(len(cut), dtype=torch.bool)
+    values = model.act(final, no_reset, tuple(c[:, cut_t] for c in core))[0]["baseline"]
+    stage["truncation_value"][cut_t, torch.from_numpy(envs.row[cut])] = values

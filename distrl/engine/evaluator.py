@@ -21,6 +21,12 @@ from distrl.policy import ActorCritic
 MAX_PARALLEL_ENVS = 16
 
 
+def eval_seed(run_seed: int, agent_steps: int) -> int:
+    """Seed of the first evaluation env of a run's evaluation at ``agent_steps``: varies with the step,
+    and lies apart from the actors' env seeds (:func:`distrl.engine.actor.env_seed`)."""
+    return run_seed * 100_003 + 50_000 + agent_steps % 10_000
+
+
 @dataclass
 class EvalResult:
     """``returns``/``lengths``: one entry per episode (raw score, agent steps)."""

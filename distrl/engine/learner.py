@@ -21,7 +21,7 @@ import torch
 from omegaconf import DictConfig
 
 from distrl import vtrace
-from distrl.engine.storage import RolloutStorage
+from distrl.engine.storage import BOOTSTRAP, STEPS, RolloutStorage
 from distrl.policy import DistributedActorLearner
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,9 @@ class Learner:
         self.lock = threading.Lock()
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One optimizer step on a ``[T+1, B]`` batch from :meth:`RolloutStorage.gather`.
+        """One optimizer step on a ``[T+1, B]`` batch from :meth:`RolloutStorage.gather`: the network
+        runs on all T+1 rows; the loss uses rows :data:`STEPS` and bootstraps from the value of
+        row :data:`BOOTSTRAP` (the layout is :mod:`distrl.engine.storage`'s).
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate"}`` as floats;
@@ -86,23 +88,22 @@ class Learner:
         agent = self.agent
         with self.lock:
             core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
-            logits, baseline, _ = self.network(batch["obs"], batch["first"], core)
-            bootstrap_value = baseline[-1]
-            logits, baseline = logits[:-1], baseline[:-1]
-            rewards = batch["reward"][:-1]
+            logits, values, _ = self.network(batch["obs"], batch["first"], core)  # all T+1 rows
+            logits, baseline = logits[STEPS], values[STEPS]
+            rewards = batch["reward"][STEPS]
             if agent.reward_clip is not None:
                 rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
-            actions = batch["action"][:-1]
+            actions = batch["action"][STEPS]
             targets = vtrace.vtrace_from_logits(
-                behaviour_logits=batch["policy_logits"][:-1],
+                behaviour_logits=batch["policy_logits"][STEPS],
                 target_logits=logits,
                 actions=actions,
                 rewards=rewards,
-                terminated=batch["terminated"][:-1],
-                truncated=batch["truncated"][:-1],
+                terminated=batch["terminated"][STEPS],
+                truncated=batch["truncated"][STEPS],
                 values=baseline,
-                bootstrap_value=bootstrap_value,
-                truncation_values=batch["truncation_value"][:-1],
+                bootstrap_value=values[BOOTSTRAP],
+                truncation_values=batch["truncation_value"][STEPS],
                 discount=agent.discount,
                 rho_bar=agent.rho_bar,
                 c_bar=agent.c_bar,
@@ -126,7 +127,7 @@ class Learner:
 
 @dataclass
 class LearnerStats:
-    """Counters shared by the learner threads and read by the trainer's schedule.
+    """What the learner threads report, read by the trainer's schedule.
 
     ``agent_steps``: agent steps consumed (``T x B`` per update); ``updates``: optimizer steps;
     ``policy_lag``: learner updates between acting and learning, mean over the last batch;
@@ -140,14 +141,15 @@ class LearnerStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def run_learner_thread(learner: Learner, storage: RolloutStorage, batch_size: int, steps_per_update: int,
-                       num_train_steps: int, stats: LearnerStats, policy_version, stop: threading.Event,
-                       errors: list) -> None:
-    """Loop: take ``B`` full slots, gather the batch, free the slots, update, until the budget is spent.
+def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: LearnerStats, batch_size: int,
+                       num_train_steps: int, policy_version, stop: threading.Event, errors: list) -> None:
+    """Loop: take ``B`` full slots, gather the batch, free the slots, update, until ``stats.agent_steps``
+    reaches ``num_train_steps``. Each update consumes ``T x B`` agent steps.
 
-    Every wait polls ``stop``, so the thread never blocks forever. An exception
-    is appended to ``errors`` and sets ``stop``.
+    Every wait polls ``stop``, so the thread never blocks forever. An exception is appended to
+    ``errors`` and sets ``stop``.
     """
+    steps_per_update = storage.layout.num_steps * batch_size
     held: list[int] = []
     try:
         while not stop.is_set():

@@ -1,69 +1,93 @@
-"""Shared-memory rollout storages handed out through free and full index queues.
+"""The rollout slot: its row layout, and the shared-memory storages that hold slots.
 
-There are ``num_storages`` slots. Each holds one trajectory of ``T + 1`` steps
-of one environment; row 0 repeats the previous slot's last step, so a slot
-is a self-contained unroll with its bootstrap observation. Every key is one
-shared tensor with the slot as the leading dimension, allocated once.
+A slot holds one environment's unroll of ``T`` steps in ``T + 1`` rows. The row layout
+(:class:`RolloutLayout`) is the contract between the actor, which writes rows, and the
+learner, which reads them:
 
-Every slot index is always in exactly one place: the free queue, an actor,
-the full queue or a learner. Actors take free indices, fill them and put them
-on the full queue; learners take ``B`` full indices, copy the batch out and
-put the indices back on the free queue.
+- ``ACTED_KEYS``, row ``t`` for ``t`` in ``0..T``: ``obs_t``, whether it starts an episode
+  (``first``), and the behaviour policy's output at ``obs_t`` (``action``, ``policy_logits``,
+  ``baseline``). Row 0 repeats the previous slot's row T, so a slot is a self-contained
+  unroll with its bootstrap observation in row T.
+- ``STEPPED_KEYS``, row ``t`` for ``t`` in ``0..T-1``: what stepping the env with ``action_t``
+  gave: ``reward``, ``terminated``, ``truncated`` and, on truncation, the behaviour baseline of
+  the episode's final observation (``truncation_value``). Row T of these keys is unused: the
+  next slot completes that step.
+- ``SLOT_KEYS``, one value per slot: the policy version the unroll started with, and with an
+  LSTM core the state before row 0 (``core_h``, ``core_c``).
 
-Row ``t`` of a slot holds ``obs_t``, whether it starts an episode
-(``first``), the behaviour policy's output at ``obs_t`` (``action``,
-``policy_logits``, ``baseline``), and what stepping the env with ``action_t``
-gave (``reward``, ``terminated``, ``truncated`` and, on truncation, the
-behaviour baseline of the episode's final observation ``truncation_value``).
-Those last four are unused in row T, which the next slot completes.
+The learner reads ``[T+1, B]`` batches with :data:`STEPS` (rows ``0..T-1``, the T steps of the
+loss) and :data:`BOOTSTRAP` (row T).
+
+Storages: ``num_storages`` slots, each key one shared tensor with the slot as the leading
+dimension, allocated once. Every slot index is always in exactly one place: the free queue,
+an actor, the full queue or a learner. Actors take free indices, fill them and put them on the
+full queue; learners take ``B`` full indices, copy the batch out and put them back on the free
+queue.
 """
 
 from __future__ import annotations
 
 import queue
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
-# Keys with one value per slot; every other key has T + 1 rows.
-PER_SLOT_KEYS = ("policy_version", "core_h", "core_c")
+ACTED_KEYS = ("obs", "first", "action", "policy_logits", "baseline")
+STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value")
+SLOT_KEYS = ("policy_version", "core_h", "core_c")
+
+STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
+BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll
 
 
-def rollout_specs(
-    num_steps: int,
-    obs_shape: Sequence[int],
-    obs_dtype: torch.dtype,
-    num_actions: int,
-    core_state_shape: Sequence[int] | None = None,
-) -> Specs:
-    """Per-slot shape and dtype of every key (without the leading slot dimension).
+@dataclass(frozen=True)
+class RolloutLayout:
+    """Shape and dtype of every key of a slot (see the module docstring for the rows).
 
-    Args:
+    Attributes:
         num_steps: unroll length T; time-indexed keys have ``T + 1`` rows.
         obs_shape: one observation's shape.
         obs_dtype: ``torch.uint8`` for images, ``torch.float32`` for vectors.
         num_actions: number of discrete actions A.
-        core_state_shape: shape of one LSTM state tensor for one env (``[1, H]``), or None.
+        core_size: the LSTM core's hidden size H, or None without a core.
     """
-    T1 = num_steps + 1
-    specs: Specs = {
-        "obs": ((T1, *obs_shape), obs_dtype),
-        "first": ((T1,), torch.bool),
-        "action": ((T1,), torch.int64),
-        "policy_logits": ((T1, num_actions), torch.float32),
-        "baseline": ((T1,), torch.float32),
-        "reward": ((T1,), torch.float32),
-        "terminated": ((T1,), torch.bool),
-        "truncated": ((T1,), torch.bool),
-        "truncation_value": ((T1,), torch.float32),
-        "policy_version": ((), torch.int64),
-    }
-    if core_state_shape is not None:
-        specs["core_h"] = (tuple(core_state_shape), torch.float32)
-        specs["core_c"] = (tuple(core_state_shape), torch.float32)
-    return specs
+
+    num_steps: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: torch.dtype
+    num_actions: int
+    core_size: int | None = None
+
+    @classmethod
+    def for_run(cls, cfg, spec) -> RolloutLayout:
+        """The layout of a train config ``cfg`` on env ``spec`` (a :class:`distrl.envs.EnvSpec`)."""
+        return cls(cfg.num_steps, tuple(spec.obs_shape),
+                   torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
+                   cfg.model.feature_dim if cfg.model.use_lstm else None)
+
+    def specs(self) -> Specs:
+        """``{key: (per-slot shape, dtype)}``, without the leading slot dimension."""
+        T1 = self.num_steps + 1
+        specs: Specs = {
+            "obs": ((T1, *self.obs_shape), self.obs_dtype),
+            "first": ((T1,), torch.bool),
+            "action": ((T1,), torch.int64),
+            "policy_logits": ((T1, self.num_actions), torch.float32),
+            "baseline": ((T1,), torch.float32),
+            "reward": ((T1,), torch.float32),
+            "terminated": ((T1,), torch.bool),
+            "truncated": ((T1,), torch.bool),
+            "truncation_value": ((T1,), torch.float32),
+            "policy_version": ((), torch.int64),
+        }
+        if self.core_size is not None:
+            specs["core_h"] = ((1, self.core_size), torch.float32)
+            specs["core_c"] = ((1, self.core_size), torch.float32)
+        return specs
 
 
 def drain(q, timeout: float = 0.0) -> list:
@@ -81,7 +105,7 @@ class RolloutStorage:
     """``num_storages`` shared-memory slots and their free/full index queues.
 
     Args:
-        specs: from :func:`rollout_specs`.
+        layout: the slot layout.
         num_storages: number of slots N.
         ctx: the ``torch.multiprocessing`` context whose queues the processes share.
 
@@ -90,11 +114,12 @@ class RolloutStorage:
         free_queue, full_queue: queues of slot indices (ints).
     """
 
-    def __init__(self, specs: Specs, num_storages: int, ctx):
+    def __init__(self, layout: RolloutLayout, num_storages: int, ctx):
+        self.layout = layout
         self.num_storages = num_storages
         self.buffers = {
             key: torch.zeros((num_storages, *shape), dtype=dtype).share_memory_()
-            for key, (shape, dtype) in specs.items()
+            for key, (shape, dtype) in layout.specs().items()
         }
         self.free_queue = ctx.Queue()
         self.full_queue = ctx.Queue()

@@ -1,0 +1,108 @@
+"""Where a run's work goes on this machine: actor processes, env stepping, slots, threads and cores.
+
+:func:`plan` turns the ``auto`` values of a train config into one :class:`Placement`, read by the
+trainer (to start processes), by validation (to check the slot count before anything starts) and
+by ``scripts/bench.py`` (to measure the same layout). Measurements behind the rules are in
+``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from distrl.config import resolve_device
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (the affinity mask, not the machine total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The resolved sizing of one run.
+
+    Attributes:
+        device: the learner's device.
+        num_actors: actor processes.
+        envs_per_actor: environments each actor steps with one batched forward pass.
+        num_storages: rollout slots.
+        learner_threads: torch threads of the trainer process (learners).
+        async_step: whether actors step half their envs while inferring on the other half.
+        actor_cores: per actor, the core ids it is pinned to, or None (not pinned).
+        env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
+    """
+
+    device: torch.device
+    num_actors: int
+    envs_per_actor: int
+    num_storages: int
+    learner_threads: int
+    async_step: bool
+    actor_cores: tuple[tuple[int, ...] | None, ...]
+    env_cfg: dict
+
+    @property
+    def stepping(self) -> int:
+        """Environments stepping at once (``num_actors x envs_per_actor``)."""
+        return self.num_actors * self.envs_per_actor
+
+
+def plan(cfg: DictConfig) -> Placement:
+    """Resolve ``device``, ``num_actors``, ``num_storages``, ``learner_threads``, ``env.async_step``
+    and ``pin_actors`` of a composed train config.
+
+    - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
+      the cores (at least 1), since there the learner needs as many cores as the actors.
+    - ``learner_threads=auto``: the cores the actors leave (at least 1).
+    - ``num_storages=auto``: 2 x the environments stepping at once + ``batch_size x num_learners``.
+    - ``env.async_step=auto``: on with a CUDA learner, off with a CPU learner (it takes the cores a
+      CPU learner needs); it can only happen on the ``vector`` Atari backend with an even
+      ``envs_per_actor``, and is off otherwise whatever the key says.
+    - ``pin_actors=auto``: pin each actor to one core when stepping is synchronous (ale-py's env
+      thread then shares the actor's core); not with async stepping, whose env thread wants a core
+      of its own; ``true`` with async stepping gives each actor two cores. Cores come from this
+      process's affinity mask (taskset, SLURM cpusets), in order, round-robin past the last one.
+
+    Raises:
+        ConfigError: ``device`` names a device this machine does not have.
+    """
+    device = resolve_device(cfg.device)
+    cores = cpu_count()
+    if cfg.num_actors != "auto":
+        num_actors = int(cfg.num_actors)
+    else:
+        num_actors = max(1, cores - 1) if device.type == "cuda" else max(1, cores // 2)
+    learner_threads = int(cfg.learner_threads) if cfg.learner_threads != "auto" else max(1, cores - num_actors)
+    if cfg.num_storages != "auto":
+        num_storages = int(cfg.num_storages)
+    else:
+        num_storages = 2 * num_actors * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
+
+    wanted = cfg.env.get("async_step", False)
+    if wanted == "auto":
+        wanted = device.type == "cuda"
+    async_step = bool(wanted) and cfg.env.get("backend") == "vector" and cfg.envs_per_actor % 2 == 0
+
+    pin = cfg.pin_actors
+    if pin is False or (pin == "auto" and async_step) or not hasattr(os, "sched_setaffinity"):
+        actor_cores: tuple = (None,) * num_actors
+    else:
+        allowed = sorted(os.sched_getaffinity(0))
+        width = 2 if async_step else 1
+        actor_cores = tuple(
+            tuple(sorted({allowed[(width * i + k) % len(allowed)] for k in range(width)})) for i in range(num_actors)
+        )
+
+    env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
+    if "async_step" in env_cfg:
+        env_cfg["async_step"] = async_step
+    return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, async_step,
+                     actor_cores, env_cfg)
