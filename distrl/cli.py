@@ -6,13 +6,47 @@ import sys
 
 from distrl.hydra_app import Terminated
 
-USAGE = """usage: distrl <command> [hydra overrides] [-m] [--help]
+USAGE = """usage: distrl <command> [key=value ...] [group=option ...] [-m] [--help]
 
 commands:
-  train   IMPALA training (conf/train.yaml), e.g. distrl train env=atari env.id=ALE/Breakout-v5
+  train   IMPALA training (conf/train.yaml), e.g. distrl train env.id=ALE/Breakout-v5
   eval    score a checkpoint (conf/eval.yaml), e.g. distrl eval ckpt=outputs/<run>/checkpoints/latest.pt
 
-'distrl train --help' lists the config groups and every key."""
+'distrl train --help' lists the config groups and every key with its default."""
+
+GROUPS = ("env", "model", "agent", "experiment")
+
+
+def command_help(command: str, overrides: list[str]) -> int:
+    """Print the config groups a user may choose from and the composed config (with ``overrides``)."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from distrl.config import compose_config
+    from distrl.hydra_app import config_dir
+
+    name = "train" if command == "train" else "eval"
+    lines = [f"usage: distrl {command} [key=value ...] [group=option ...] [-m]", ""]
+    if command == "train":
+        lines.append("config groups (group=option):")
+        for group in GROUPS:
+            options = sorted(p.stem for p in (Path(config_dir()) / group).glob("*.yaml"))
+            lines.append(f"  {group + ':':12s} {', '.join(options)}")
+        lines.append("")
+    try:
+        cfg = compose_config([o for o in overrides if not o.startswith("hydra")], config_name=name, check=False)
+    except Exception as exc:  # an unknown key or option: Hydra's message names it
+        print(f"distrl {command}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    lines += [f"keys, with {'these overrides' if overrides else 'the defaults'} (conf/{name}.yaml):", "",
+              OmegaConf.to_yaml(cfg).rstrip(), "",
+              "-m runs a Hydra multirun sweep (e.g. -m seed=1,2,3); --hydra-help lists Hydra's own options."]
+    try:
+        print("\n".join(lines))
+    except BrokenPipeError:  # e.g. piped into head
+        pass
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,13 +56,19 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "train":
-        from distrl.train import main as command_main
-    elif command == "eval":
-        from distrl.evaluate import main as command_main
-    else:
+    if command not in ("train", "eval"):
         print(f"distrl: unknown command {command!r}; allowed: train, eval\n\n{USAGE}", file=sys.stderr)
         return 2
+    if "-h" in rest or "--help" in rest:
+        return command_help(command, [a for a in rest if a not in ("-h", "--help", "-m", "--multirun")])
+    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in rest):
+        print("distrl: shell completion is not offered (Hydra's completion does not know distrl's "
+              "subcommands); 'distrl train --help' lists the groups and keys", file=sys.stderr)
+        return 2
+    if command == "train":
+        from distrl.train import main as command_main
+    else:
+        from distrl.evaluate import main as command_main
     sys.argv = [f"distrl-{command}", *rest]
     try:
         command_main()

@@ -153,9 +153,10 @@ def register_configs() -> None:
     cs.store(group="model", name="model_schema", node=ModelConfig)
 
 
-def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train") -> DictConfig:
+def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train",
+                   check: bool = True) -> DictConfig:
     """The config ``distrl train`` (or ``distrl eval``, ``config_name="eval"``) would run with these
-    command-line overrides, composed by Hydra from ``conf/`` and validated.
+    command-line overrides, composed by Hydra from ``conf/`` and, if ``check``, validated.
 
     Example: ``compose_config(["experiment=cartpole", "train.num_train_steps=100000"])``.
 
@@ -174,7 +175,8 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose(config_name, overrides=list(overrides))
-    (validate if config_name == "train" else validate_eval)(cfg)
+    if check:
+        (validate if config_name == "train" else validate_eval)(cfg)
     return cfg
 
 

@@ -199,3 +199,22 @@ def test_init_model_path_loads_weights_only(cartpole_run, tmp_path):
     assert trainer.counters["agent_steps"] == 0 and trainer.counters["updates"] == 0
     assert trainer.optimizer.state_dict()["state"] == {}
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.agent.lr)
+
+
+def test_resume_from_best_continues_from_the_best_evaluation(cartpole_run, tmp_path):
+    from distrl.engine.trainer import DistributedTrainer
+
+    best = cartpole_run / "checkpoints" / "best.pt"
+    state = load_checkpoint(best)
+    assert state["best_eval_return"] > -float("inf")
+    cfg = compose_train(TINY_CARTPOLE + [f"resume={best}", "train.num_eval_episodes=0",
+                                         f"train.num_train_steps={state['agent_steps'] + 400}"])
+    trainer = DistributedTrainer(cfg, tmp_path / "from-best", progress=False)
+    assert trainer.counters["agent_steps"] == state["agent_steps"]
+    assert trainer.counters["best_eval_return"] == state["best_eval_return"]
+    for name, value in trainer.policy.actor.state_dict().items():  # the actors start with the best weights
+        torch.testing.assert_close(value, state["model"][name])
+    counters = trainer.train()
+    assert counters["agent_steps"] >= state["agent_steps"] + 400
+    latest = load_checkpoint(tmp_path / "from-best" / "checkpoints" / "latest.pt")
+    assert latest["agent_steps"] == counters["agent_steps"]

@@ -165,3 +165,14 @@ def test_actors_are_pinned_to_the_cores_this_process_may_use():
     two = actor_cores(compose_train(["num_actors=1", "env.async_step=true", "pin_actors=true"]))[0]
     assert set(two) <= set(allowed) and len(two) == min(2, len(allowed))
     assert actor_cores(compose_train(["num_actors=2", "pin_actors=false"])) == [None, None]
+
+
+def test_help_lists_only_what_a_user_may_choose():
+    done = run_distrl(["train", "experiment=cartpole", "--help"], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "experiment:  cartpole, image_cue, image_cue_memory" in done.stdout
+    assert "env:         atari, gym, image_cue, image_cue_memory" in done.stdout
+    assert "_schema" not in done.stdout
+    assert "id: CartPole-v1" in done.stdout and "lr: 0.005" in done.stdout  # the composed keys, with the preset
+    completion = run_distrl(["train", "--shell-completion", "install=bash"], timeout=60)
+    assert completion.returncode == 2 and "not offered" in completion.stderr and "Traceback" not in completion.stderr

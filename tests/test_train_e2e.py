@@ -32,26 +32,34 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
     tags = set(acc.Tags()["scalars"])
     assert {"losses/total", "charts/SPS", "charts/learning_rate", "charts/policy_lag"} <= tags
     assert tags & {"charts/episodic_return", "eval/mean_return"}
-    sps = [e.value for e in acc.Scalars("charts/SPS")]
-    assert max(sps) > 0
     losses = acc.Scalars("losses/total")
-    assert losses[-1].step >= losses[0].step and all(e.step > 0 for e in losses)
+    steps = [e.step for e in losses]
+    assert steps == sorted(set(steps)) and steps[-1] == state["agent_steps"]  # one point per log, the last at the end
 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert any("losses/total" in r for r in records)
     assert all({"agent_steps", "frames", "time"} <= set(r) for r in records)
+    # SPS is the agent steps between two log lines over the seconds between them
+    logged = [r for r in records if "charts/SPS" in r]
+    assert len(logged) >= 2
+    for before, after in zip(logged, logged[1:], strict=False):
+        rate = (after["agent_steps"] - before["agent_steps"]) / (after["time"] - before["time"])
+        assert after["charts/SPS"] == pytest.approx(rate, rel=0.5)
 
 
-@pytest.mark.parametrize("overrides", [TINY_PONG, TINY_CARTPOLE, TINY_CARTPOLE + ["model.use_lstm=true"],
-                                       TINY_CARTPOLE + ["env.max_episode_steps=30"]],
-                         ids=["pong", "cartpole", "cartpole-lstm", "cartpole-time-limit"])
+@pytest.mark.parametrize("overrides", [
+    TINY_PONG, TINY_CARTPOLE, TINY_CARTPOLE + ["model.use_lstm=true"], TINY_CARTPOLE + ["env.max_episode_steps=30"],
+    TINY_PONG + ["env.backend=gymnasium", "train.num_train_steps=800"],
+    TINY_PONG + ["model=impala_resnet", "train.num_train_steps=800"],
+    TINY_CARTPOLE + ["train.th_compile=true", "train.num_train_steps=1000"],
+], ids=["pong", "cartpole", "cartpole-lstm", "cartpole-time-limit", "pong-gymnasium-backend", "pong-impala-resnet",
+        "cartpole-compiled"])
 def test_train_end_to_end(overrides, tmp_path):
     run_dir = tmp_path / "run"
     done = run_distrl(["train", *overrides, f"hydra.run.dir={run_dir}"], timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(done.children) >= 2  # the actors really ran as processes
     assert done.alive_children() == []
-    steps = int(next(o.split("=")[1] for o in overrides if o.startswith("train.num_train_steps=")))
+    steps = int([o.split("=")[1] for o in overrides if o.startswith("train.num_train_steps=")][-1])  # the last wins
     check_run(run_dir, steps)
     state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     if "env=atari" in overrides:
@@ -84,6 +92,34 @@ def test_ctrl_c_stops_everything(tmp_path):
     assert time.monotonic() - start < 20
     assert done.alive_children() == []
     assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
+
+
+def test_sigterm_to_the_process_group_stops_with_143_and_a_checkpoint(tmp_path):
+    """What SLURM does on preemption: SIGTERM to every process of the job."""
+    run_dir = tmp_path / "run"
+    proc = DistrlProcess(["train", *TINY_PONG, "train.num_train_steps=10000000", f"hydra.run.dir={run_dir}"])
+    metrics = run_dir / "metrics.jsonl"
+    assert proc.wait_for(lambda: metrics.exists() and "losses/total" in metrics.read_text(), timeout=120)
+    proc.signal(signal.SIGTERM)
+    done = proc.finish(timeout=30)
+    assert done.returncode == 143, done.stderr[-3000:]
+    assert done.alive_children() == []
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
+
+
+def test_the_first_lines_say_where_what_how_big_and_how_to_stop(tmp_path):
+    """Outside a terminal (a log file, SLURM) there is no progress bar: plain lines only."""
+    run_dir = tmp_path / "run"
+    done = run_distrl(["train", *TINY_CARTPOLE, f"hydra.run.dir={run_dir}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    head = "\n".join(lines[:4])
+    assert f"run directory {run_dir}" in head
+    assert "CartPole-v1" in head and "2 actor(s) x 2 envs, T=20, B=4" in head and "parameters" in head
+    assert "Ctrl-C stops and saves a checkpoint" in head
+    assert "\r" not in done.stdout and "\r" not in done.stderr
+    assert "step/s" not in done.stderr  # no tqdm bar
+    assert sum("steps=" in line and "SPS=" in line for line in lines) >= 2  # the periodic plain lines
 
 
 def test_a_dead_actor_stops_the_run_with_its_name(tmp_path):
@@ -131,5 +167,6 @@ def test_an_actor_that_raises_stops_the_run_with_the_cause(tmp_path):
     assert done.returncode == 1
     assert "actor" in done.stderr and "the emulator broke at step" in done.stderr, done.stderr[-3000:]
     assert done.alive_children() == []
-    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] >= 0
+    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")  # a consistent checkpoint to resume from
+    assert state["agent_steps"] == state["updates"] * state["config"]["num_steps"] * state["config"]["batch_size"]
     assert "the emulator broke" in (run_dir / "actors.log").read_text()

@@ -1,0 +1,93 @@
+"""``Learner.update`` on hand-made batches: which rows it reads, what it bootstraps from.
+
+On-policy batches (behaviour logits = the network's own), so V-trace's rho = c = 1 and its
+targets are plain n-step returns that can be written out here by hand:
+``vs_t = r_t + gamma * vs_{t+1}``, ending in ``V(obs_T)`` (the bootstrap row), ``0`` after a
+termination, and the stored ``truncation_value`` after a truncation.
+"""
+
+import pytest
+import torch
+from conftest import compose_train
+
+from distrl.engine.learner import Learner, make_optimizer, make_scheduler
+from distrl.policy import DistributedActorLearner
+
+T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9
+
+
+def make():
+    cfg = compose_train(["experiment=cartpole", f"agent.discount={GAMMA}"])
+    torch.manual_seed(0)
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
+    policy.freeze()
+    optimizer = make_optimizer(policy, cfg.agent)
+    learner = Learner(policy, optimizer, make_scheduler(optimizer, T * B, 10**9), cfg.agent, torch.device("cpu"))
+    return learner, policy
+
+
+def on_policy_batch(policy, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(T + 1, B, OBS, generator=g)
+    first = torch.zeros(T + 1, B, dtype=torch.bool)
+    with torch.no_grad():
+        logits, values, _ = policy.learner(obs, first)
+    return {
+        "obs": obs, "first": first, "action": torch.randint(0, A, (T + 1, B), generator=g),
+        "policy_logits": logits, "baseline": values,
+        "reward": torch.rand(T + 1, B, generator=g) * 2 - 1,  # inside the reward clip
+        "terminated": torch.zeros(T + 1, B, dtype=torch.bool), "truncated": torch.zeros(T + 1, B, dtype=torch.bool),
+        "truncation_value": torch.zeros(T + 1, B), "policy_version": torch.zeros(B, dtype=torch.int64),
+    }
+
+
+def expected_value_loss(policy, batch, column_ends: dict[int, tuple[int, str]] | None = None) -> float:
+    """0.5 x mean over the T x B steps of (vs_t - V(obs_t))^2, vs written out row by row."""
+    with torch.no_grad():
+        _, values, _ = policy.learner(batch["obs"], batch["first"])
+    total = 0.0
+    for b in range(B):
+        vs = values[T, b].item()  # bootstrap: the value of row T's observation
+        for t in reversed(range(T)):
+            r = batch["reward"][t, b].item()
+            if batch["terminated"][t, b]:
+                vs = r
+            elif batch["truncated"][t, b]:
+                vs = r + GAMMA * batch["truncation_value"][t, b].item()
+            else:
+                vs = r + GAMMA * vs
+            total += 0.5 * (vs - values[t, b].item()) ** 2
+    return total / (T * B)
+
+
+def test_the_value_target_is_the_n_step_return_bootstrapped_from_row_T():
+    learner, policy = make()
+    batch = on_policy_batch(policy)
+    expected = expected_value_loss(policy, batch)
+    assert learner.update(batch)["value"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_row_T_of_the_step_keys_is_never_read():
+    """Row T's reward and episode ends belong to the next slot's row 0."""
+    learner, policy = make()
+    batch = on_policy_batch(policy)
+    expected = expected_value_loss(policy, batch)
+    batch["reward"][T] = 100.0
+    batch["terminated"][T] = True
+    batch["truncated"][T] = True
+    batch["truncation_value"][T] = 50.0
+    assert learner.update(batch)["value"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_termination_cuts_the_return_and_a_truncation_bootstraps_from_its_stored_value():
+    learner, policy = make()
+    batch = on_policy_batch(policy)
+    batch["terminated"][1, 0] = True
+    batch["first"][2, 0] = True
+    batch["truncated"][0, 1] = True
+    batch["first"][1, 1] = True
+    batch["truncation_value"][0, 1] = 7.5  # far from any value the network gives: used exactly
+    expected = expected_value_loss(policy, batch)
+    with_next_value = dict(batch, truncation_value=torch.zeros(T + 1, B))
+    assert expected != pytest.approx(expected_value_loss(policy, with_next_value), rel=1e-3)
+    assert learner.update(batch)["value"] == pytest.approx(expected, rel=1e-5)
