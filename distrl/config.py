@@ -323,11 +323,14 @@ def validate(cfg: DictConfig) -> None:
     from distrl.engine.placement import plan
 
     placement = plan(cfg)
-    need = max(cfg.batch_size, placement.stepping + 1)
+    # Every stepping env always holds a slot; each learner must be able to collect B more. With
+    # fewer, async stepping (half the envs hand in slots at a time) or several learners (each
+    # holding a partial batch) wait on each other forever.
+    need = placement.stepping + cfg.batch_size * cfg.num_learners
     _check(
         placement.num_storages >= need, "num_storages", placement.num_storages,
-        f"must be >= batch_size ({cfg.batch_size}) and > num_actors x envs_per_actor "
-        f"({placement.stepping}, the environments stepping at once): use at least {need}",
+        f"must be >= num_actors x envs_per_actor + batch_size x num_learners "
+        f"({placement.stepping} + {cfg.batch_size} x {cfg.num_learners}): use at least {need}",
     )
 
     agent = cfg.agent

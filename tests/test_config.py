@@ -56,6 +56,7 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
     assert cfg.num_steps == 5 and cfg.batch_size == 16 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
     assert cfg.model.encoder == "nature_cnn"
+    assert cfg.agent.optimizer == "rmsprop" and cfg.agent.lr == 0.0007 and cfg.agent.eps == 1.25e-7
     assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
     cartpole = compose_train(["experiment=cartpole"])
     assert cartpole.model.encoder == "mlp" and cartpole.num_steps == 16 and cartpole.agent.lr == 0.005
@@ -93,6 +94,9 @@ BAD = [
     (["num_actors=0"], "num_actors"),
     (["num_storages=4", "batch_size=8"], "num_storages"),
     (["num_storages=8", "num_actors=2", "envs_per_actor=4"], "num_storages"),
+    # measured to hang before they were refused: async halves and partial batches of two learners
+    (["num_actors=1", "envs_per_actor=8", "env.async_step=true", "batch_size=8", "num_storages=9"], "num_storages"),
+    (["num_actors=1", "envs_per_actor=8", "num_learners=2", "batch_size=8", "num_storages=16"], "num_storages"),
     (["env.id=ALE/NoSuchGame-v5"], "env.id"),
     (["experiment=cartpole", "env.id=NoSuchEnv-v0"], "env.id"),
     (["experiment=cartpole", "env.id=ALE/Pong-v5"], "env.id"),

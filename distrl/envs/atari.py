@@ -35,7 +35,7 @@ def id_error(env_id: str) -> str | None:
     if env_id not in gym.registry:
         return "not a registered Gymnasium id; Atari ids look like ALE/Pong-v5, ALE/Breakout-v5"
     if "game" not in gym.spec(env_id).kwargs:
-        return "not an ALE Atari id; use env=cartpole (env.id=...) for other Gymnasium envs"
+        return "not an ALE Atari id; use env=gym env.id=... model=mlp for other Gymnasium envs"
     if not env_id.endswith("-v5"):
         return "use a v5 id (ALE/<Game>-v5), whose sticky actions and frameskip follow Machado et al. 2018"
     return None
