@@ -25,7 +25,7 @@ class Telemetry:
         start_step: agent steps already done (a resumed run).
         frameskip: frames per agent step, for the frames column.
         hparams: flat dict of hyperparameters, logged as a text table.
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar on stderr (the trainer shows it only on a terminal).
     """
 
     def __init__(self, run_dir: str | Path, total_steps: int, start_step: int = 0, frameskip: int = 1,
@@ -51,10 +51,10 @@ class Telemetry:
 
     def progress(self, agent_steps: int, sps: float, recent_return: float | None) -> None:
         """Advance the progress line: agent steps, frames, SPS and the recent episode return."""
-        self.bar.update(max(0, agent_steps - self._bar_step))
-        self._bar_step = agent_steps
         ret = "n/a" if recent_return is None else f"{recent_return:.1f}"
         self.bar.set_postfix_str(f"frames={agent_steps * self.frameskip:,} SPS={sps:,.0f} return={ret}", refresh=False)
+        self.bar.update(max(0, agent_steps - self._bar_step))  # redraws with the postfix above
+        self._bar_step = agent_steps
 
     def close(self) -> None:
         self.bar.close()
