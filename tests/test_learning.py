@@ -73,7 +73,7 @@ def final_eval(run_dir: Path) -> float:
 
 def test_the_atari_defaults_solve_image_cue(tmp_path):
     """The Atari model and agent defaults, through the real command: at least 90 % of the best
-    return (18 of 20) after 30k agent steps (about a minute on 2 cores); random play scores 3.3.
+    return (18 of 20) after 50k agent steps (about 1.5 minutes on 2 cores); random play scores 3.3.
     Its curve and its checkpoint then go through scripts/learning_curve.py and
     scripts/inspect_checkpoint.py."""
     run_dir = tmp_path / "run"
