@@ -334,10 +334,8 @@ class DistributedTrainer:
         if result.mean_return > self.best_eval_return:
             self.best_eval_return = result.mean_return
             run = self.state
-            run.agent_steps = step
-            state = self.checkpoint_state(model_state, run)
-            state["frames"] = step * self.spec.frameskip
-            checkpoint.save_best(state, self.run_dir / "checkpoints")
+            run.agent_steps = step  # the evaluated weights' step (checkpoint_state derives frames from it)
+            checkpoint.save_best(self.checkpoint_state(model_state, run), self.run_dir / "checkpoints")
 
     # ----------------------------------------------------------------- shutdown
     def _shutdown(self, outcome: str) -> None:
