@@ -83,27 +83,53 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (a full disk, say); the previous files are intact and no
+    temporary file is left."""
+
+
 def save_file(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, fsynced, then renamed into place."""
+    """``torch.save`` to a temporary file beside ``path``, fsynced, then renamed into place.
+
+    Raises:
+        CheckpointSaveError: writing failed; ``path`` is as it was and the temporary file is gone.
+    """
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # torch's zip writer reports a short write as RuntimeError
+        tmp.unlink(missing_ok=True)
+        raise CheckpointSaveError(f"cannot write {path}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _atomic_alias(source: Path, alias: Path) -> None:
-    """Make ``alias`` a copy of ``source`` atomically (a hard link when the filesystem allows)."""
+    """Make ``alias`` a copy of ``source`` atomically (a hard link when the filesystem allows).
+
+    Raises:
+        CheckpointSaveError: as :func:`save_file`.
+    """
     tmp = alias.with_name(f".{alias.name}.tmp{os.getpid()}")
     try:
-        os.link(source, tmp)
-    except OSError:
-        with open(source, "rb") as src, open(tmp, "wb") as dst:
-            dst.write(src.read())
-            dst.flush()
-            os.fsync(dst.fileno())
-    os.replace(tmp, alias)
+        try:
+            os.link(source, tmp)
+        except OSError:
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                dst.write(src.read())
+                dst.flush()
+                os.fsync(dst.fileno())
+        os.replace(tmp, alias)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointSaveError(f"cannot write {alias}: {_first_line(exc)}") from exc
 
 
 def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, keep: int, best: bool = False) -> Path:
@@ -112,6 +138,9 @@ def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, keep: i
 
     Returns:
         The path of the step file.
+
+    Raises:
+        CheckpointSaveError: a write failed; ``latest.pt`` still names the previous checkpoint.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -187,10 +216,17 @@ def _safe_load(path: Path, map_location: Any) -> dict[str, Any]:
 
 
 MODEL_KEYS = ("encoder", "feature_dim", "hidden_dim", "use_lstm")
+# The env settings that make a different task: another game, or other observations or actions.
+ENV_KEYS = ("kind", "id", "frameskip", "frame_stack", "img_size", "full_action_space")
 
 
 def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> str | None:
-    """Why checkpoint ``state`` cannot continue a run of ``cfg``, or None if it can."""
+    """Why checkpoint ``state`` cannot continue a run of ``cfg``, or None if it can: another env
+    (``ENV_KEYS``), observation shape, action count or network (``MODEL_KEYS``)."""
+    saved_env = state["config"].get("env", {})
+    for key in ENV_KEYS:
+        if key in saved_env and key in cfg.env and saved_env[key] != cfg.env[key]:
+            return f"env.{key}={saved_env[key]!r} in the checkpoint, env.{key}={cfg.env[key]!r} here"
     if list(state.get("obs_shape", [])) != list(obs_shape):
         return f"observation shape {tuple(state.get('obs_shape', []))} in the checkpoint, {tuple(obs_shape)} here"
     if state.get("num_actions") != num_actions:

@@ -10,8 +10,10 @@ values, before any process is started.
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -92,6 +94,10 @@ class TrainBlock:
     num_eval_episodes: int = MISSING
     keep_checkpoints: int = MISSING
     th_compile: bool = MISSING
+    stall_timeout: float = MISSING  # seconds
+    max_actor_restarts: int = MISSING
+    actor_restart_window: float = MISSING  # seconds
+    max_nonfinite_updates: int = MISSING
 
 
 @dataclass
@@ -139,6 +145,39 @@ class EvalConfig:
     video_fps: int = MISSING
     env: EvalEnvOverrides = MISSING
     log_level: str = MISSING
+
+
+def _nested_schemas(cfg: DictConfig, schema: type) -> dict[str, type]:
+    if schema is TrainConfig:
+        env = AtariEnvConfig if cfg.get("env", {}).get("kind") == "atari" else GymEnvConfig
+        return {"env": env, "agent": AgentConfig, "model": ModelConfig, "train": TrainBlock}
+    if schema is EvalConfig:
+        return {"env": EvalEnvOverrides}
+    return {}
+
+
+def unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> list[tuple[str, str | None]]:
+    """Keys of ``cfg`` that ``schema`` (a config dataclass) does not have, as ``(key, the closest
+    known key or None)``. Hydra's ``+key=value`` adds a key to any config; this finds it."""
+    known = [f.name for f in fields(schema)]
+    nested = _nested_schemas(cfg, schema)
+    found = []
+    for key in cfg.keys():
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            found.append((f"{prefix}{key}", f"{prefix}{close[0]}" if close else None))
+        elif key in nested and isinstance(cfg[key], DictConfig):
+            found += unknown_keys(cfg[key], nested[key], f"{prefix}{key}.")
+    return found
+
+
+def _check_keys(cfg: DictConfig, schema: type) -> None:
+    unknown = unknown_keys(cfg, schema)
+    if unknown:
+        key, close = unknown[0]
+        hint = f" (did you mean {close}?)" if close else ""
+        raise ConfigError(f"{key} is not a key of this config{hint}: a key added with + is refused too; "
+                          f"`distrl train --help` lists the keys")
 
 
 def register_configs() -> None:
@@ -291,6 +330,7 @@ def validate_eval(cfg: DictConfig) -> None:
     Raises:
         ConfigError: the first bad value, naming its key and what is allowed.
     """
+    _check_keys(cfg, EvalConfig)
     if OmegaConf.is_missing(cfg, "ckpt"):
         raise ConfigError("ckpt is missing: give the checkpoint to score, e.g. distrl eval ckpt=PATH/latest.pt")
     _check(cfg.num_episodes >= 1, "num_episodes", cfg.num_episodes, "must be an integer >= 1")
@@ -299,12 +339,79 @@ def validate_eval(cfg: DictConfig) -> None:
     resolve_device(cfg.device)
 
 
+def process_limit() -> int:
+    """How many more processes this user may start (RLIMIT_NPROC less those running), or a large number."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY:
+        soft = 4_194_304  # the kernel's pid_max ceiling
+    try:
+        with open("/proc/sys/kernel/threads-max") as f:
+            soft = min(soft, int(f.read()))
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return soft
+
+
+# Memory of one actor process, a lower bound used to refuse impossible sizes only. A Pong actor of
+# 16 envs (1 actor, 2-core AMD EPYC, commit c215880) had 379 MiB RSS, 277 MiB PSS and 177 MiB
+# Private_Dirty (/proc/PID/smaps_rollup); no actor needs less than 128 MiB of its own.
+ACTOR_PROCESS_BYTES = 128 * 2**20
+
+
+def _check_sizes(cfg: DictConfig, placement) -> None:
+    """Refuse sizes that cannot run here before anything is allocated: more actor processes than
+    the process limit or than memory holds, more slots than a slot queue holds."""
+    from distrl.engine.pipes import max_indices
+
+    limit = process_limit()
+    _check(placement.num_actors <= limit, "num_actors", placement.num_actors,
+           f"at most {limit} processes may be started here (RLIMIT_NPROC, /proc/sys/kernel/threads-max)")
+    available = _available_memory()
+    need = placement.num_actors * ACTOR_PROCESS_BYTES
+    _check(need <= available, "num_actors", placement.num_actors,
+           f"{placement.num_actors} actor processes need about {need / 2**30:.1f} GiB, more than the "
+           f"{available / 2**30:.1f} GiB of memory available")
+    most = max_indices()
+    _check(placement.num_storages <= most, "num_storages", placement.num_storages,
+           f"at most {most} slots (a slot queue is a pipe of /proc/sys/fs/pipe-max-size bytes, 8 per slot)")
+
+
+def _available_memory() -> int:
+    """Bytes of memory available to new allocations (MemAvailable), or a large number if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return 1 << 62
+
+
+def slots_memory_error(nbytes: int, num_storages: int) -> ConfigError | None:
+    """The error for rollout slots of ``nbytes`` in all that shared memory cannot hold, or None."""
+    import shutil
+
+    try:
+        shm_free = shutil.disk_usage("/dev/shm").free
+    except OSError:  # pragma: no cover - no /dev/shm
+        shm_free = 1 << 62
+    room = min(shm_free, _available_memory())
+    if nbytes <= room:
+        return None
+    return ConfigError(f"num_storages={num_storages} is not allowed: the slots need {nbytes / 2**30:.1f} GiB of "
+                       f"shared memory, more than the {room / 2**30:.1f} GiB free here (/dev/shm, MemAvailable)")
+
+
 def validate(cfg: DictConfig) -> None:
     """Check every value of a composed train config.
 
     Raises:
         ConfigError: the first bad value, naming its key and what is allowed.
     """
+    _check_keys(cfg, TrainConfig)
     validate_env(cfg.env)
     _auto_or_positive_int(cfg.num_actors, "num_actors")
     _auto_or_positive_int(cfg.num_storages, "num_storages")
@@ -316,6 +423,12 @@ def validate(cfg: DictConfig) -> None:
         _positive_int(cfg, key)
     value = cfg.train.num_eval_episodes
     _check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
+    _positive_int(cfg, "train.max_nonfinite_updates")
+    value = cfg.train.max_actor_restarts
+    _check(isinstance(value, int) and value >= 0, "train.max_actor_restarts", value, "must be an integer >= 0")
+    for key in ("stall_timeout", "actor_restart_window"):
+        value = cfg.train[key]
+        _check(value > 0 and math.isfinite(value), f"train.{key}", value, "a number of seconds > 0")
     _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
     _check(cfg.resume is False or cfg.resume is None or isinstance(cfg.resume, str), "resume", cfg.resume,
            "auto, false, or the path of a checkpoint or run directory")
@@ -323,6 +436,7 @@ def validate(cfg: DictConfig) -> None:
     from distrl.engine.placement import plan
 
     placement = plan(cfg)
+    _check_sizes(cfg, placement)
     # Every stepping env always holds a slot; each learner must be able to collect B more. With
     # fewer, async stepping (half the envs hand in slots at a time) or several learners (each
     # holding a partial batch) wait on each other forever.

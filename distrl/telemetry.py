@@ -8,12 +8,16 @@ object per call of :meth:`Telemetry.log`, to ``metrics.jsonl``:
 from __future__ import annotations
 
 import json
+import logging
 import math
+import threading
 import time
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
+
+log = logging.getLogger(__name__)
 
 
 class Telemetry:
@@ -37,17 +41,45 @@ class Telemetry:
         self.bar = tqdm(total=total_steps, initial=start_step, unit="step", unit_scale=True,
                         dynamic_ncols=True, disable=not progress, mininterval=1.0)
         self._bar_step = start_step
+        self._excepthook = threading.excepthook
+        threading.excepthook = self._quiet_writer_thread
         if hparams:
             table = "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in sorted(hparams.items()))
             self.writer.add_text("hyperparameters", table, start_step)
 
     def log(self, scalars: dict[str, float], agent_steps: int) -> None:
-        """Write ``scalars`` (TensorBoard tag -> value) at ``agent_steps``; non-finite values are kept."""
+        """Write ``scalars`` (TensorBoard tag -> value) at ``agent_steps``; non-finite values are kept.
+
+        A write that fails (a full disk, a deleted directory) is logged once per sink, TensorBoard
+        or ``metrics.jsonl``, which is then left alone: metrics never end a run.
+        """
         record = {"agent_steps": agent_steps, "frames": agent_steps * self.frameskip, "time": time.time()}
         for name, value in scalars.items():
-            self.writer.add_scalar(name, value, agent_steps)
             record[name] = value if math.isfinite(value) else str(value)
-        self.jsonl.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            self._guard("writer", lambda: [self.writer.add_scalar(n, v, agent_steps) for n, v in scalars.items()])
+        if self.jsonl is not None:
+            self._guard("jsonl", lambda: self.jsonl.write(json.dumps(record) + "\n"))
+
+    def _quiet_writer_thread(self, args) -> None:
+        """TensorBoard's writer thread dies on a write error and re-raises it at the next write,
+        where :meth:`_guard` reports it in one line: its own traceback is not printed."""
+        if not type(args.thread).__module__.startswith("tensorboard."):
+            self._excepthook(args)
+
+    def _guard(self, sink: str, write) -> None:
+        try:
+            write()
+        except Exception as exc:  # tensorboard re-raises its writer thread's OSError as itself
+            where = self.run_dir / ("tb" if sink == "writer" else "metrics.jsonl")
+            log.warning("metrics: cannot write %s (%s: %s); no more metrics go there in this run", where,
+                        type(exc).__name__, exc)
+            handle = getattr(self, sink)
+            setattr(self, sink, None)
+            try:
+                handle.close()
+            except Exception:
+                pass
 
     def progress(self, agent_steps: int, sps: float, recent_return: float | None) -> None:
         """Advance the progress line: agent steps, frames, SPS and the recent episode return."""
@@ -57,7 +89,9 @@ class Telemetry:
         self._bar_step = agent_steps
 
     def close(self) -> None:
+        threading.excepthook = self._excepthook
         self.bar.close()
-        self.writer.flush()
-        self.writer.close()
-        self.jsonl.close()
+        if self.writer is not None:
+            self._guard("writer", self.writer.close)
+        if self.jsonl is not None:
+            self._guard("jsonl", self.jsonl.close)

@@ -27,7 +27,7 @@ def main(cfg: DictConfig) -> None:
     """Validate the config, then train one run in Hydra's run directory."""
     checked("train", cfg, validate)
     logging.getLogger("distrl").setLevel(cfg.log_level)
-    from distrl.engine.trainer import ActorFailure, DistributedTrainer, TrainingError
+    from distrl.engine.trainer import ActorFailure, DistributedTrainer, Stalled, TrainingError
 
     run_dir = HydraConfig.get().runtime.output_dir
     try:
@@ -38,9 +38,11 @@ def main(cfg: DictConfig) -> None:
     # SIGTERM must always reach the trainer so that it can stop cleanly.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)
+    # SLURM's --signal=USR1@90: a checkpoint now, and training goes on.
+    signal.signal(signal.SIGUSR1, lambda signum, frame: trainer.request_save())
     try:
         trainer.train()
-    except ActorFailure as exc:
+    except (ActorFailure, Stalled) as exc:
         fail("train", f"{exc}; a checkpoint was saved in {run_dir}/checkpoints", code=1)
     except TrainingError as exc:
         fail("train", str(exc), code=1)

@@ -137,7 +137,7 @@ def bench_sampling(cfg, spec, args) -> float:
     policy.freeze()
     placement = plan(cfg)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
-    channels = Channels.create(storage, ctx)
+    channels = Channels.create(storage, ctx, placement.num_actors)
     stop, episodes = channels.stop_event, channels.episode_queue
     procs = []
     for i, actx in enumerate(actor_contexts(cfg, placement, policy.actor, storage, channels, log_level="WARNING")):

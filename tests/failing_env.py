@@ -1,9 +1,11 @@
 """Real Gymnasium envs that fail: one raises after a few steps (an actor that raises), one cannot be created
-(a config error before any process starts).
+(a config error before any process starts), one stops answering (a hung emulator), one pays NaN rewards.
 
-Registered as ``FailsAfterSteps-v0`` and ``FailsOnCreation-v0``; use ``env.id=failing_env:<id>`` with ``tests/``
-on the path.
+Registered as ``FailsAfterSteps-v0``, ``FailsOnCreation-v0``, ``HangsAfterSteps-v0`` and
+``NanRewardsAfterSteps-v0``; use ``env.id=failing_env:<id>`` with ``tests/`` on the path.
 """
+
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -36,5 +38,26 @@ class FailsOnCreation(gym.Env):
         raise RuntimeError("the emulator cannot start\nsecond line")
 
 
+class HangsAfterSteps(FailsAfterSteps):
+    """Never returns from ``step`` once ``fail_at`` steps are done."""
+
+    def step(self, action):
+        self.steps += 1
+        while self.steps >= self.fail_at:
+            time.sleep(3600)
+        return np.zeros(3, np.float32), 1.0, self.steps % 50 == 0, False, {}
+
+
+class NanRewardsAfterSteps(FailsAfterSteps):
+    """Pays NaN from step ``fail_at`` on (a broken reward function)."""
+
+    def step(self, action):
+        self.steps += 1
+        reward = float("nan") if self.steps >= self.fail_at else 1.0
+        return np.zeros(3, np.float32), reward, self.steps % 50 == 0, False, {}
+
+
+gym.register("HangsAfterSteps-v0", entry_point=HangsAfterSteps)
+gym.register("NanRewardsAfterSteps-v0", entry_point=NanRewardsAfterSteps, kwargs={"fail_at": 1500})
 gym.register("FailsAfterSteps-v0", entry_point=FailsAfterSteps)
 gym.register("FailsOnCreation-v0", entry_point=FailsOnCreation)

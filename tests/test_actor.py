@@ -34,7 +34,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
     policy.freeze()
     ctx = mp.get_context("spawn")
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
-    channels = Channels.create(storage, ctx)
+    channels = Channels.create(storage, ctx, 1)
     stop = channels.stop_event
     actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, storage, channels)[0]
     actor_ctx.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours

@@ -1,7 +1,6 @@
 """``distrl train`` end to end through the real command on real envs."""
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -97,19 +96,6 @@ def test_ctrl_c_stops_everything(tmp_path):
     assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
 
 
-def test_sigterm_to_the_process_group_stops_with_143_and_a_checkpoint(tmp_path):
-    """What SLURM does on preemption: SIGTERM to every process of the job."""
-    run_dir = tmp_path / "run"
-    proc = DistrlProcess(["train", *TINY_PONG, "train.num_train_steps=10000000", f"hydra.run.dir={run_dir}"])
-    metrics = run_dir / "metrics.jsonl"
-    assert proc.wait_for(lambda: metrics.exists() and "losses/total" in metrics.read_text(), timeout=120)
-    proc.signal(signal.SIGTERM)
-    done = proc.finish(timeout=30)
-    assert done.returncode == 143, done.stderr[-3000:]
-    assert done.alive_children() == []
-    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
-
-
 def test_the_first_lines_say_where_what_how_big_and_how_to_stop(tmp_path):
     """Outside a terminal (a log file, SLURM) there is no progress bar: plain lines only."""
     run_dir = tmp_path / "run"
@@ -125,30 +111,6 @@ def test_the_first_lines_say_where_what_how_big_and_how_to_stop(tmp_path):
     assert sum("steps=" in line and "SPS=" in line for line in lines) >= 2  # the periodic plain lines
 
 
-def test_a_dead_actor_stops_the_run_with_its_name(tmp_path):
-    run_dir = tmp_path / "run"
-    # synchronous stepping (as with a CPU learner) on any machine, so that pin_actors=auto pins
-    proc = DistrlProcess(["train", *TINY_PONG, "env.async_step=false", "train.num_train_steps=10000000",
-                          f"hydra.run.dir={run_dir}"])
-    metrics = run_dir / "metrics.jsonl"
-    assert proc.wait_for(lambda: metrics.exists() and "losses/total" in metrics.read_text(), timeout=120)
-    victim = proc.poll_children()
-    actors = [p for p in victim if "multiprocessing" in " ".join(p.cmdline()) and "resource_tracker" not in
-              " ".join(p.cmdline())]
-    assert len(actors) == 2
-    # pin_actors=auto with synchronous stepping: each actor on one core of its own (while there are enough)
-    allowed = sorted(os.sched_getaffinity(0))
-    cores = sorted(p.cpu_affinity() for p in actors)
-    assert all(len(c) == 1 and c[0] in allowed for c in cores)
-    assert len(allowed) < 2 or cores[0] != cores[1]
-    actors[0].send_signal(signal.SIGKILL)
-    done = proc.finish(timeout=60)
-    assert done.returncode == 1
-    assert "actor" in done.stderr and "SIGKILL" in done.stderr
-    assert done.alive_children() == []
-    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"] > 0
-
-
 def test_multirun_gives_one_complete_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     done = run_distrl(["train", "-m", "seed=1,2", *TINY_CARTPOLE, "train.num_train_steps=1000",
@@ -159,17 +121,3 @@ def test_multirun_gives_one_complete_run_per_job(tmp_path):
         state = load_checkpoint(sweep / job / "checkpoints" / "latest.pt")
         assert state["config"]["seed"] == seed
         check_run(sweep / job, 1000)
-
-
-def test_an_actor_that_raises_stops_the_run_with_the_cause(tmp_path):
-    run_dir = tmp_path / "run"
-    tests_dir = str(Path(__file__).resolve().parent)
-    done = run_distrl(["train", *TINY_CARTPOLE, "env.id=failing_env:FailsAfterSteps-v0",
-                       "train.num_train_steps=1000000", f"hydra.run.dir={run_dir}"],
-                      env={"PYTHONPATH": tests_dir}, timeout=120)
-    assert done.returncode == 1
-    assert "actor" in done.stderr and "the emulator broke at step" in done.stderr, done.stderr[-3000:]
-    assert done.alive_children() == []
-    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")  # a consistent checkpoint to resume from
-    assert state["agent_steps"] == state["updates"] * state["config"]["num_steps"] * state["config"]["batch_size"]
-    assert "the emulator broke" in (run_dir / "actors.log").read_text()

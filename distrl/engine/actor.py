@@ -3,7 +3,7 @@
 Each actor steps ``envs_per_actor`` environments with one batched forward
 pass of the shared-memory actor model per step and writes each
 environment's unroll into its own storage slot. It uses one torch thread,
-never touches CUDA, ignores SIGINT (the trainer stops it through
+never touches CUDA, ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through
 ``stop_event``), exits when its parent is gone, and returns the slots it
 holds to the free queue on the way out.
 """
@@ -14,6 +14,7 @@ import logging
 import os
 import queue
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -21,42 +22,79 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.engine.storage import ACTED_KEYS, STEPPED_KEYS, RolloutStorage
+from distrl.engine.pipes import PIPE_BUF, MessageQueue
+from distrl.engine.storage import ACTED_KEYS, NO_OWNER, STEPPED_KEYS, RolloutStorage
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
 
 
+class SharedValue:
+    """One number in shared memory, read and written without a lock (an aligned 8-byte word):
+    the stop flag and the policy version. Unlike ``multiprocessing.Value``/``Event`` it has no
+    named semaphore to leave behind or to be held by a killed process."""
+
+    def __init__(self, value: int = 0):
+        self.tensor = torch.tensor([value], dtype=torch.int64).share_memory_()
+
+    @property
+    def value(self) -> int:
+        return int(self.tensor[0])
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self.tensor[0] = value
+
+    def set(self) -> None:
+        self.tensor[0] = 1
+
+    def is_set(self) -> bool:
+        return bool(self.tensor[0])
+
+
 @dataclass
 class Channels:
-    """The shared objects between the trainer and its actors.
+    """The shared objects between the trainer and its actors (:mod:`distrl.engine.pipes` queues and
+    shared tensors only, so that a killed process leaves no lock held and nothing in /dev/shm).
 
     Attributes:
         free_queue, full_queue: slot index queues (those of the :class:`RolloutStorage`).
+        owner: ``[N] int32``, the actor holding each slot (the storage's ``owner``).
         episode_queue: finished episodes as ``(actor_id, return, length)``.
         error_queue: an actor's exception as ``(actor_id, traceback text)``.
         stop_event: set by the trainer to stop every actor.
-        policy_version: shared counter of learner updates (int64).
+        policy_version: learner updates so far.
+        heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
     """
 
     free_queue: Any
     full_queue: Any
-    episode_queue: Any
-    error_queue: Any
-    stop_event: Any
-    policy_version: Any
+    owner: torch.Tensor
+    episode_queue: MessageQueue
+    error_queue: MessageQueue
+    stop_event: SharedValue
+    policy_version: SharedValue
+    heartbeat: torch.Tensor
 
     @classmethod
-    def create(cls, storage: RolloutStorage, mp_context, policy_version: int = 0) -> Channels:
-        return cls(storage.free_queue, storage.full_queue, mp_context.Queue(), mp_context.Queue(),
-                   mp_context.Event(), mp_context.Value("q", policy_version))
+    def create(cls, storage: RolloutStorage, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
+        return cls(storage.free_queue, storage.full_queue, storage.owner, MessageQueue(mp_context),
+                   MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
+                   torch.zeros(num_actors, dtype=torch.float64).share_memory_())
+
+    def close(self) -> None:
+        """Close this process's ends of the message queues (the slot queues belong to the storage)."""
+        self.episode_queue.close()
+        self.error_queue.close()
 
 
-def env_seed(run_seed: int, actor_id: int, envs_per_actor: int) -> int:
+def env_seed(run_seed: int, actor_id: int, envs_per_actor: int, restart: int = 0, num_actors: int = 1) -> int:
     """Seed of an actor's first environment; its others take the next ones, so no two envs of a
-    run share a seed (and evaluation seeds, :func:`distrl.engine.evaluator.eval_seed`, lie apart)."""
-    return run_seed * 100_003 + actor_id * envs_per_actor
+    run share a seed (and evaluation seeds, :func:`distrl.engine.evaluator.eval_seed`, lie apart).
+    The ``restart``-th restart of an actor seeds as if it were actor ``actor_id + restart x
+    num_actors``: fresh seeds, none shared with another actor."""
+    return run_seed * 100_003 + (actor_id + restart * num_actors) * envs_per_actor
 
 
 @dataclass
@@ -119,8 +157,13 @@ def pin_process(cores: tuple[int, ...] | None) -> None:
 
 
 def run_actor(actor_id: int, ctx: ActorContext) -> None:
-    """Process entry point: run :func:`act` and report any exception on the error queue."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Process entry point: run :func:`act` and report any exception on the error queue.
+
+    SIGINT, SIGTERM and SIGUSR1 are ignored (they are for the trainer, which stops actors in
+    order through ``stop_event``; a terminal's Ctrl-C and a cluster's SIGTERM reach the whole
+    process group)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     pin_process(ctx.cpu_affinity)
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if ctx.log_file:
@@ -136,18 +179,16 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
         pass
     except Exception:
         log.exception("actor %d failed", actor_id)
-        ch.error_queue.put((actor_id, traceback.format_exc()))
+        trace = traceback.format_exc()[-(PIPE_BUF // 2):]  # the end says what failed; a message fits a pipe write
+        ch.error_queue.put((actor_id, trace))
         raise SystemExit(1) from None
     finally:
-        orphaned = os.getppid() != ctx.parent_pid
         for index in held:
+            ch.owner[index] = NO_OWNER
             ch.free_queue.put(index)
-        for q in (ch.free_queue, ch.full_queue, ch.episode_queue, ch.error_queue):
-            q.close()
-            if orphaned:  # nobody reads any more: never block on a full pipe
-                q.cancel_join_thread()
-            else:
-                q.join_thread()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
 def _should_stop(ctx: ActorContext) -> bool:
@@ -200,7 +241,8 @@ class _EnvSlots:
             batch at a time and copied into the slots once per unroll.
     """
 
-    def __init__(self, ctx: ActorContext, held: list[int]):
+    def __init__(self, actor_id: int, ctx: ActorContext, held: list[int]):
+        self.actor_id = actor_id
         self.ctx = ctx
         n = ctx.num_envs
         self.slot = np.full(n, -1, dtype=np.int64)
@@ -225,6 +267,7 @@ class _EnvSlots:
                 break
             except queue.Empty:
                 continue
+        ch.owner[slot] = self.actor_id
         self.held.append(slot)
         self.slot[i] = slot
         self.version[i] = ch.policy_version.value
@@ -244,6 +287,7 @@ class _EnvSlots:
         buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
         for slot in slots.tolist():
             self.held.remove(slot)
+            self.ctx.channels.owner[slot] = NO_OWNER
             self.ctx.channels.full_queue.put(slot)
         self.slot[envs] = -1
         self.row[envs] = 0
@@ -305,7 +349,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     model, T = ctx.model, ctx.num_steps
     env = make_vector_env(env_cfg, ctx.num_envs, num_threads=1, async_step=bool(env_cfg.get("async_step", False)))
     stepper = _Stepper(env, ctx.num_envs)
-    envs = _EnvSlots(ctx, held)
+    envs = _EnvSlots(actor_id, ctx, held)
     stage = envs.stage
     episodes = _Episodes(actor_id, ctx)
     core = model.initial_state(ctx.num_envs)
@@ -314,6 +358,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
         ids, obs_np = stepper.reset(ctx.seed)
         first = torch.ones(len(ids), dtype=torch.bool)
         while True:
+            ctx.channels.heartbeat[actor_id] = time.time()
             ids_t = torch.from_numpy(ids)
             obs = torch.from_numpy(np.asarray(obs_np))
             sub_core = tuple(c[:, ids_t] for c in core)

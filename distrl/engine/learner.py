@@ -12,6 +12,7 @@ linearly to 0 over ``num_train_steps`` agent steps, ``T x B`` per update.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -74,16 +75,20 @@ class Learner:
         self.agent = agent
         self.device = device
         self.network = torch.compile(policy.learner) if compile else policy.learner
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # held for an update and its counters (run_learner_thread)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One optimizer step on a ``[T+1, B]`` batch from :meth:`RolloutStorage.gather`: the network
         runs on all T+1 rows; the loss uses rows :data:`STEPS` and bootstraps from the value of
         row :data:`BOOTSTRAP` (the layout is :mod:`distrl.engine.storage`'s).
 
+        A non-finite loss or gradient norm skips the optimizer step (the weights and the optimizer
+        state stay as they were; the learning-rate schedule still advances by this update's agent
+        steps) and returns ``finite=False``.
+
         Returns:
-            ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate"}`` as floats;
-            ``learning_rate`` is the rate this step used.
+            ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "finite"}``:
+            floats, ``learning_rate`` the rate this step used, and ``finite`` a bool.
         """
         agent = self.agent
         with self.lock:
@@ -117,65 +122,101 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
-            self.optimizer.step()
+            names = ("total", "policy", "value", "entropy", "grad_norm")
+            values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
+            finite = math.isfinite(values[0]) and math.isfinite(values[-1])
+            if finite:
+                self.optimizer.step()
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
             self.scheduler.step()
-            self.policy.publish()
-        names = ("total", "policy", "value", "entropy", "grad_norm")
-        values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
-        return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate}
+            if finite:
+                self.policy.publish()
+        return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate, "finite": finite}
 
 
 @dataclass
 class LearnerStats:
     """What the learner threads report, read by the trainer's schedule.
 
-    ``agent_steps``: agent steps consumed (``T x B`` per update); ``updates``: optimizer steps;
+    ``agent_steps``: agent steps consumed (``T x B`` per update); ``updates``: learner updates
+    (the skipped non-finite ones included, so that the learning rate follows the agent steps);
     ``policy_lag``: learner updates between acting and learning, mean over the last batch;
-    ``last``: the last update's losses (:meth:`Learner.update`) and ``update_seconds``.
+    ``last``: the last update's losses (:meth:`Learner.update`) and ``update_seconds``;
+    ``nonfinite_updates``: updates skipped for a non-finite loss or gradient;
+    ``activity``: per learner thread name, what it is doing (for the stall report).
     """
 
     agent_steps: int = 0
     updates: int = 0
     last: dict = field(default_factory=dict)
     policy_lag: float = 0.0
+    nonfinite_updates: int = 0
+    activity: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+class NonFiniteError(RuntimeError):
+    """Too many learner updates in a row had a non-finite loss or gradient."""
+
+
 def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: LearnerStats, batch_size: int,
-                       num_train_steps: int, policy_version, stop: threading.Event, errors: list) -> None:
+                       num_train_steps: int, policy_version, stop: threading.Event, errors: list,
+                       max_nonfinite_updates: int = 10) -> None:
     """Loop: take ``B`` full slots, gather the batch, free the slots, update, until ``stats.agent_steps``
     reaches ``num_train_steps``. Each update consumes ``T x B`` agent steps.
 
     Every wait polls ``stop``, so the thread never blocks forever. An exception is appended to
-    ``errors`` and sets ``stop``.
+    ``errors`` and sets ``stop``; ``max_nonfinite_updates`` skipped updates in a row raise
+    :class:`NonFiniteError` that way.
     """
     steps_per_update = storage.layout.num_steps * batch_size
+    name = threading.current_thread().name
     held: list[int] = []
+    nonfinite_in_a_row = 0
     try:
         while not stop.is_set():
             with stats.lock:
                 if stats.agent_steps >= num_train_steps:
+                    stats.activity[name] = "done: the budget is consumed"
                     return
             while len(held) < batch_size and not stop.is_set():
+                stats.activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
                 try:
                     held.append(storage.full_queue.get(timeout=POLL_SECONDS))
                 except queue.Empty:
                     continue
             if stop.is_set():
                 return
+            stats.activity[name] = "updating"
             batch = storage.gather(held, learner.device)
             for index in held:
                 storage.free_queue.put(index)
             held.clear()
             start = time.perf_counter()
-            losses = learner.update(batch)
+            with learner.lock:  # a checkpoint sees the weights and the counters of one moment
+                losses = learner.update(batch)
+                finite = losses.pop("finite")
+                with stats.lock:
+                    lag = stats.updates - batch["policy_version"].float().mean().item()
+                    stats.updates += 1
+                    stats.agent_steps += steps_per_update
+                    policy_version.value = stats.updates
+                    stats.policy_lag = lag
+                    stats.last = {**losses, "update_seconds": time.perf_counter() - start}
+            if finite:
+                nonfinite_in_a_row = 0
+                continue
+            nonfinite_in_a_row += 1
             with stats.lock:
-                lag = stats.updates - batch["policy_version"].float().mean().item()
-                stats.updates += 1
-                stats.agent_steps += steps_per_update
-                policy_version.value = stats.updates
-                stats.policy_lag = lag
-                stats.last = {**losses, "update_seconds": time.perf_counter() - start}
+                stats.nonfinite_updates += 1
+            log.warning("update %d skipped: non-finite loss %s or gradient norm %s (%d in a row)",
+                        stats.updates, losses["total"], losses["grad_norm"], nonfinite_in_a_row)
+            if nonfinite_in_a_row >= max_nonfinite_updates:
+                raise NonFiniteError(
+                    f"{nonfinite_in_a_row} updates in a row had a non-finite loss or gradient "
+                    f"(train.max_nonfinite_updates={max_nonfinite_updates}); the weights are those "
+                    f"before the first of them")
     except Exception as exc:  # reported by the trainer, which stops everything
         errors.append(exc)
         stop.set()

@@ -22,17 +22,21 @@ Storages: ``num_storages`` slots, each key one shared tensor with the slot as th
 dimension, allocated once. Every slot index is always in exactly one place: the free queue,
 an actor, the full queue or a learner. Actors take free indices, fill them and put them on the
 full queue; learners take ``B`` full indices, copy the batch out and put them back on the free
-queue.
+queue. The slots an actor holds are marked with its id in ``owner``, so that the trainer can
+return them to the free queue when the actor dies (:meth:`RolloutStorage.release_owned`).
 """
 
 from __future__ import annotations
 
+import math
 import queue
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from distrl.engine.pipes import IndexQueue
 
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
@@ -69,6 +73,11 @@ class RolloutLayout:
                    torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
                    cfg.model.feature_dim if cfg.model.use_lstm else None)
 
+    def nbytes(self, num_storages: int) -> int:
+        """Bytes of shared memory ``num_storages`` slots of this layout take."""
+        per_slot = sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.specs().values())
+        return per_slot * num_storages
+
     def specs(self) -> Specs:
         """``{key: (per-slot shape, dtype)}``, without the leading slot dimension."""
         T1 = self.num_steps + 1
@@ -90,13 +99,15 @@ class RolloutLayout:
         return specs
 
 
-def drain(q, timeout: float = 0.0) -> list:
-    """Take every item currently on queue ``q``; ``timeout`` (seconds) lets items still in a
-    child's pipe arrive."""
+NO_OWNER = -1
+
+
+def drain(q) -> list:
+    """Take every item on queue ``q`` now (a :mod:`distrl.engine.pipes` queue)."""
     items = []
     while True:
         try:
-            items.append(q.get(timeout=timeout) if timeout else q.get_nowait())
+            items.append(q.get_nowait())
         except queue.Empty:
             return items
 
@@ -111,18 +122,23 @@ class RolloutStorage:
 
     Attributes:
         buffers: ``{key: [N, *spec_shape] tensor}`` in shared memory.
-        free_queue, full_queue: queues of slot indices (ints).
+        owner: ``[N] int32`` shared tensor: the id of the actor holding each slot, or ``NO_OWNER``.
+        free_queue, full_queue: :class:`distrl.engine.pipes.IndexQueue` of slot indices.
+
+    Raises:
+        OSError: the queues cannot hold ``num_storages`` indices (validation refuses such sizes).
     """
 
     def __init__(self, layout: RolloutLayout, num_storages: int, ctx):
         self.layout = layout
         self.num_storages = num_storages
+        self.free_queue = IndexQueue(num_storages, ctx)
+        self.full_queue = IndexQueue(num_storages, ctx)
         self.buffers = {
             key: torch.zeros((num_storages, *shape), dtype=dtype).share_memory_()
             for key, (shape, dtype) in layout.specs().items()
         }
-        self.free_queue = ctx.Queue()
-        self.full_queue = ctx.Queue()
+        self.owner = torch.full((num_storages,), NO_OWNER, dtype=torch.int32).share_memory_()
         for index in range(num_storages):
             self.free_queue.put(index)
 
@@ -151,17 +167,26 @@ class RolloutStorage:
             batch[key] = value.to(device, non_blocking=True) if pin else value
         return batch
 
+    def release_owned(self, actor_id: int) -> list[int]:
+        """Return the slots marked as held by ``actor_id`` to the free queue (call it only once
+        that actor is dead). Returns their indices."""
+        indices = torch.nonzero(self.owner == actor_id).flatten().tolist()
+        for index in indices:
+            self.owner[index] = NO_OWNER
+            self.free_queue.put(index)
+        return indices
+
     def reclaim(self) -> list[int]:
         """After every actor and learner has stopped: move full slots back to free,
         and return the sorted list of all free indices (each exactly once when
         nothing was lost). The indices are put back on the free queue."""
-        indices = drain(self.full_queue, timeout=0.05) + drain(self.free_queue, timeout=0.05)
+        indices = drain(self.full_queue) + drain(self.free_queue)
+        self.owner.fill_(NO_OWNER)
         for index in indices:
             self.free_queue.put(index)
         return sorted(indices)
 
     def close(self) -> None:
-        """Release the queues' feeder threads; the tensors go with the last reference."""
+        """Close this process's ends of the queues; the tensors go with the last reference."""
         for q in (self.free_queue, self.full_queue):
             q.close()
-            q.join_thread()

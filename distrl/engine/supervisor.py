@@ -2,18 +2,21 @@
 
 Processes come from an explicit ``spawn`` context (never the global start method: a Hydra
 sweep runs several jobs in one process). Every wait polls a stop signal, so Ctrl-C, the end of
-the budget or a dead actor always ends in the same orderly stop.
+the budget or a failure always ends in the same orderly stop. A dead actor is restarted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import queue
 import signal
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
 
-from distrl.engine.actor import ActorContext, Channels, run_actor
+from distrl.engine.actor import STOP_SIGNALS, ActorContext, Channels, run_actor
 from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
 from distrl.engine.storage import RolloutStorage, drain
 
@@ -27,7 +30,11 @@ class TrainingError(RuntimeError):
 
 
 class ActorFailure(TrainingError):
-    """An actor process raised or died; the learner state is intact."""
+    """Actors died more often than the restart budget allows; the learner state is intact."""
+
+
+class Stalled(TrainingError):
+    """No agent step was consumed for ``train.stall_timeout`` seconds."""
 
 
 class LearnerFailure(TrainingError):
@@ -37,72 +44,131 @@ class LearnerFailure(TrainingError):
 class Workers:
     """The actor processes and learner threads of one run.
 
+    A dead actor (killed, out of memory, or its env raised) is restarted with fresh env seeds
+    after the slots it held go back to the free queue; more than ``max_restarts`` restarts within
+    ``restart_window`` seconds stop the run instead (an env that fails every time must not loop).
+
     Args:
-        mp_context: the ``torch.multiprocessing`` context the storage's queues belong to.
+        mp_context: the ``torch.multiprocessing`` context that starts the actors.
         storage: the rollout slots.
-        channels: queues, stop event and policy version shared with the actors.
+        channels: queues, stop flag, policy version and heartbeats shared with the actors.
         learner: the learner the threads call.
         stats: the counters the learner threads advance.
+        max_restarts, restart_window: the restart budget (``train.max_actor_restarts``,
+            ``train.actor_restart_window`` in seconds).
+        reseed: ``reseed(actor_id, restart)`` gives the env seed of a restarted actor.
     """
 
     def __init__(self, mp_context, storage: RolloutStorage, channels: Channels, learner: Learner,
-                 stats: LearnerStats):
+                 stats: LearnerStats, max_restarts: int = 10, restart_window: float = 600.0,
+                 reseed: Callable[[int, int], int] | None = None):
         self.mp_context = mp_context
         self.storage = storage
         self.channels = channels
         self.learner = learner
         self.stats = stats
+        self.max_restarts = max_restarts
+        self.restart_window = restart_window
+        self.reseed = reseed
         self.learner_stop = threading.Event()
         self.learner_errors: list[BaseException] = []
+        self.contexts: list[ActorContext] = []
         self.actors: list = []
         self.learner_threads: list[threading.Thread] = []
+        self.restarts = 0  # in the whole run
+        self.restart_times: deque[float] = deque()
+        self.restarts_of: dict[int, int] = {}
+        self.causes: dict[int, str] = {}  # actor id -> the last line of its exception
 
     def start(self, actor_contexts: list[ActorContext], num_learners: int, batch_size: int,
-              num_train_steps: int) -> None:
+              num_train_steps: int, max_nonfinite_updates: int = 10) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
         at ``num_train_steps`` agent steps."""
-        for actor_id, ctx in enumerate(actor_contexts):
-            process = self.mp_context.Process(target=run_actor, args=(actor_id, ctx),
-                                              name=f"distrl-actor-{actor_id}", daemon=True)
-            process.start()
-            self.actors.append(process)
+        self.contexts = list(actor_contexts)
+        for actor_id, ctx in enumerate(self.contexts):
+            self.actors.append(self._spawn(actor_id, ctx))
         for i in range(num_learners):
             thread = threading.Thread(
                 target=run_learner_thread, name=f"distrl-learner-{i}", daemon=True, args=(self.learner,),
                 kwargs=dict(storage=self.storage, stats=self.stats, batch_size=batch_size,
                             num_train_steps=num_train_steps, policy_version=self.channels.policy_version,
-                            stop=self.learner_stop, errors=self.learner_errors),
+                            stop=self.learner_stop, errors=self.learner_errors,
+                            max_nonfinite_updates=max_nonfinite_updates),
             )
             thread.start()
             self.learner_threads.append(thread)
+
+    def _spawn(self, actor_id: int, ctx: ActorContext):
+        process = self.mp_context.Process(target=run_actor, args=(actor_id, ctx), name=f"distrl-actor-{actor_id}",
+                                          daemon=True)
+        with _signals_ignored():  # the child starts with them ignored, before its own code runs
+            process.start()
+        return process
 
     def wait(self, seconds: float) -> None:
         """Sleep up to ``seconds``; returns early when a learner thread stops everything."""
         self.learner_stop.wait(seconds)
 
     def check(self) -> None:
-        """Raise if an actor raised or died, or a learner raised.
+        """Restart dead actors; raise if the restart budget is spent or a learner raised.
 
         Raises:
-            ActorFailure: with the actor's id and its exception or exit status.
+            ActorFailure: an actor needed more than ``max_restarts`` restarts within
+                ``restart_window`` seconds; names it and its last cause.
             LearnerFailure: with the learner's exception.
         """
-        try:
-            actor_id, trace = self.channels.error_queue.get_nowait()
-        except queue.Empty:
-            pass
-        else:
-            cause = trace.strip().splitlines()[-1]
+        for actor_id, trace in drain(self.channels.error_queue):
+            self.causes[actor_id] = trace.strip().splitlines()[-1]
             log.error("actor %d raised:\n%s", actor_id, trace)
-            raise ActorFailure(f"actor {actor_id} raised: {cause}")
         for actor_id, process in enumerate(self.actors):
-            if not process.is_alive():
-                code = process.exitcode
-                why = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-                raise ActorFailure(f"actor {actor_id} (pid {process.pid}) died unexpectedly ({why})")
+            if process.is_alive() or self.channels.stop_event.is_set():
+                continue
+            process.join()
+            code = process.exitcode
+            cause = self.causes.pop(actor_id, None) or (
+                f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}")
+            self._restart(actor_id, cause)
         if self.learner_errors:
             exc = self.learner_errors[0]
             raise LearnerFailure(f"learner raised {type(exc).__name__}: {exc}") from exc
+
+    def _restart(self, actor_id: int, cause: str) -> None:
+        freed = self.storage.release_owned(actor_id)
+        now = time.monotonic()
+        while self.restart_times and self.restart_times[0] < now - self.restart_window:
+            self.restart_times.popleft()
+        if len(self.restart_times) >= self.max_restarts:
+            raise ActorFailure(
+                f"actor {actor_id} died ({cause}) after {len(self.restart_times)} actor restarts within "
+                f"{self.restart_window:.0f} s (train.max_actor_restarts={self.max_restarts}, "
+                f"train.actor_restart_window={self.restart_window:g})")
+        self.restart_times.append(now)
+        self.restarts += 1
+        restart = self.restarts_of[actor_id] = self.restarts_of.get(actor_id, 0) + 1
+        ctx = self.contexts[actor_id]
+        if self.reseed is not None:
+            ctx = self.contexts[actor_id] = dataclasses.replace(ctx, seed=self.reseed(actor_id, restart))
+        self.channels.heartbeat[actor_id] = 0.0
+        self.actors[actor_id] = self._spawn(actor_id, ctx)
+        log.warning("actor %d died (%s): restarted (restart %d of the run), env seed %d; %d slot(s) it held "
+                    "returned", actor_id, cause, self.restarts, ctx.seed, len(freed))
+
+    def report(self) -> list[str]:
+        """Where everything is, one line each: actors (alive, last heartbeat), queues, learners."""
+        now = time.time()
+        lines = []
+        for actor_id, process in enumerate(self.actors):
+            beat = float(self.channels.heartbeat[actor_id])
+            last = f"last step {now - beat:.1f} s ago" if beat else "no step yet"
+            state = "alive" if process.is_alive() else f"dead (exit code {process.exitcode})"
+            held = int((self.storage.owner == actor_id).sum())
+            lines.append(f"actor {actor_id} (pid {process.pid}): {state}, {last}, holds {held} slot(s)")
+        lines.append(f"slots: {self.storage.free_queue.qsize()} free, {self.storage.full_queue.qsize()} full "
+                     f"waiting for a learner, of {self.storage.num_storages}")
+        for thread in self.learner_threads:
+            what = self.stats.activity.get(thread.name, "not started")
+            lines.append(f"{thread.name}: {'alive' if thread.is_alive() else 'stopped'}, {what}")
+        return lines
 
     def stop(self) -> list[int]:
         """Stop the learners, then the actors (terminated if they do not stop in time), and account
@@ -118,14 +184,12 @@ class Workers:
         deadline = time.monotonic() + ACTOR_JOIN_SECONDS
         for process in self.actors:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self.actors:
+        for actor_id, process in enumerate(self.actors):
             if process.is_alive():
-                log.warning("actor %s did not stop in %.0f s: terminating it", process.name, ACTOR_JOIN_SECONDS)
-                process.terminate()
-                process.join(timeout=2.0)
-            if process.is_alive():
-                process.kill()
+                log.warning("actor %s did not stop in %.0f s: killing it", process.name, ACTOR_JOIN_SECONDS)
+                process.kill()  # SIGTERM is ignored by actors
                 process.join()
+            self.storage.release_owned(actor_id)
         free = self.storage.reclaim()
         lost = self.storage.num_storages - len(free)
         if lost or len(set(free)) != len(free):
@@ -135,7 +199,19 @@ class Workers:
     def close(self) -> None:
         """Release the queues (after :meth:`stop`)."""
         self.storage.close()
-        for q in (self.channels.episode_queue, self.channels.error_queue):
-            drain(q)
-            q.close()
-            q.join_thread()
+        self.channels.close()
+
+
+@contextmanager
+def _signals_ignored():
+    """Ignore the stop signals in this process while a child is started (from the main thread
+    only; elsewhere the child's own first lines ignore them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

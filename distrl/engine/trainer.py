@@ -11,7 +11,9 @@ import copy
 import logging
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,19 +30,19 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 import distrl
 from distrl import checkpoint
 from distrl.checkpoint import RunState
-from distrl.config import env_creation_error, validate
-from distrl.engine.actor import Channels, actor_contexts
+from distrl.config import env_creation_error, slots_memory_error, validate
+from distrl.engine.actor import Channels, actor_contexts, env_seed
 from distrl.engine.evaluator import EvalResult, eval_seed, evaluate
 from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_scheduler
 from distrl.engine.placement import plan
 from distrl.engine.schedule import Every, Throughput
 from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
-from distrl.engine.supervisor import ActorFailure, LearnerFailure, TrainingError, Workers
+from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner
 from distrl.telemetry import Telemetry
 
-__all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "TrainingError"]
+__all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "Stalled", "TrainingError"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,11 @@ class DistributedTrainer:
         except Exception as exc:
             raise env_creation_error(cfg.env.id, exc) from exc
 
+        error = slots_memory_error(RolloutLayout.for_run(cfg, self.spec).nbytes(self.num_storages),
+                                   self.num_storages)
+        if error:
+            raise error
+
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
@@ -96,6 +103,7 @@ class DistributedTrainer:
         self.saves = Every(cfg.train.save_interval)
         self.best_eval_return = -float("inf")
         self.free_indices: list[int] = []
+        self.save_requested = threading.Event()
         self.resumed_from = checkpoint.find_resume_checkpoint(cfg.resume, self.run_dir)
         if self.resumed_from:
             self._resume(checkpoint.load_checkpoint(self.resumed_from))
@@ -135,14 +143,14 @@ class DistributedTrainer:
         log.info("resumed at %d agent steps, %d updates, from %s", run.agent_steps, run.updates, self.resumed_from)
 
     # ----------------------------------------------------------------- checkpoints
-    def checkpoint_state(self, model_state: dict | None = None, run: RunState | None = None) -> dict[str, Any]:
-        """A consistent snapshot of the run (see :mod:`distrl.checkpoint`), tensors on the CPU."""
-        with self.learner.lock:
-            if model_state is None:
-                model_state = {k: v.detach().cpu().clone() for k, v in self.policy.learner.state_dict().items()}
+    def checkpoint_state(self) -> dict[str, Any]:
+        """A consistent snapshot of the run (see :mod:`distrl.checkpoint`), tensors on the CPU:
+        weights, optimizer, schedule and counters of one moment (between two updates)."""
+        with self.learner.lock, self.stats.lock:
+            model_state = {k: v.detach().cpu().clone() for k, v in self.policy.learner.state_dict().items()}
             optimizer_state = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
             scheduler_state = copy.deepcopy(self.scheduler.state_dict())
-            run = run or self.state
+            run = self.state
         return {
             "distrl_version": distrl.__version__,
             "model": model_state,
@@ -177,6 +185,21 @@ class DistributedTrainer:
         log.info("checkpoint %s", path)
         return path
 
+    def request_save(self) -> None:
+        """Ask the running :meth:`train` for a checkpoint at its next tick (safe from a signal handler:
+        ``distrl train`` calls it on SIGUSR1)."""
+        self.save_requested.set()
+
+    def _save_or_warn(self) -> bool:
+        """:meth:`save`; a failed write (a full disk) is logged in one line and training goes on,
+        retrying at the next interval. Returns whether it saved."""
+        try:
+            self.save()
+            return True
+        except checkpoint.CheckpointSaveError as exc:
+            log.error("checkpoint not saved, training goes on (the previous one is intact): %s", exc)
+            return False
+
     def test(self, num_episodes: int = 10, deterministic: bool = False, seed: int | None = None) -> EvalResult:
         """Play ``num_episodes`` evaluation episodes with the current weights, on envs of their own.
 
@@ -198,8 +221,11 @@ class DistributedTrainer:
         Raises:
             KeyboardInterrupt: after a clean shutdown and a checkpoint, on Ctrl-C (or SIGTERM
                 from the command line).
-            TrainingError: an actor died or raised, or a learner raised; the others were
-                stopped first (and, for an actor failure, a checkpoint saved).
+            TrainingError: actors died more often than ``train.max_actor_restarts`` allows
+                (:class:`ActorFailure`), no agent step was consumed for ``train.stall_timeout``
+                seconds (:class:`Stalled`), a learner raised (:class:`LearnerFailure`), or the final
+                checkpoint could not be written. Workers are stopped first, and a checkpoint saved
+                except after a learner failure.
         """
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -239,15 +265,20 @@ class DistributedTrainer:
             self.run_dir, cfg.train.num_train_steps, self.stats.agent_steps, self.spec.frameskip,
             hparams=_flatten(OmegaConf.to_container(cfg, resolve=True)), progress=self.progress,
         )
-        self.channels = Channels.create(storage, mp_context, self.stats.updates)
-        self.workers = Workers(mp_context, storage, self.channels, self.learner, self.stats)
+        p, train = self.placement, cfg.train
+        self.channels = Channels.create(storage, mp_context, p.num_actors, self.stats.updates)
+        self.workers = Workers(
+            mp_context, storage, self.channels, self.learner, self.stats, max_restarts=train.max_actor_restarts,
+            restart_window=train.actor_restart_window,
+            reseed=lambda actor_id, restart: env_seed(cfg.seed, actor_id, p.envs_per_actor, restart, p.num_actors))
         self.eval_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distrl-eval")
         self.eval_stop = False
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, self.placement, self.policy.actor, storage, self.channels,
                                       log_file=str(self.run_dir / "actors.log"))
-            self.workers.start(contexts, cfg.num_learners, cfg.batch_size, cfg.train.num_train_steps)
+            self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.num_train_steps,
+                               train.max_nonfinite_updates)
             self._schedule()
             outcome = "done"
         except KeyboardInterrupt:
@@ -255,7 +286,10 @@ class DistributedTrainer:
             log.warning("interrupted: stopping actors and learners")
             raise
         except ActorFailure:
-            outcome = "stopped after an actor failure"
+            outcome = "stopped after actor failures"
+            raise
+        except Stalled:
+            outcome = "stalled"
             raise
         finally:
             self._shutdown(outcome)
@@ -269,10 +303,15 @@ class DistributedTrainer:
         meter = Throughput(self.stats.agent_steps)
         eval_future: Future | None = None
         eval_step = 0
+        progress_at = (time.monotonic(), self.stats.agent_steps)
         while True:
             self.workers.wait(TICK_SECONDS)
             self.workers.check()
             steps = self.stats.agent_steps
+            if steps != progress_at[1]:
+                progress_at = (time.monotonic(), steps)
+            elif time.monotonic() - progress_at[0] > train.stall_timeout:
+                self._stalled(time.monotonic() - progress_at[0])
             for _, episode_return, episode_length in drain(self.channels.episode_queue):
                 recent_returns.append(episode_return)
                 self.telemetry.log({"charts/episodic_return": episode_return,
@@ -292,17 +331,28 @@ class DistributedTrainer:
                 self.evals.ran(steps)
                 eval_step = steps
                 eval_future = self._start_eval(steps)
-            if self.saves.due(steps) and not done:
-                self.save()
+            if (self.saves.due(steps) or self.save_requested.is_set()) and not done:
+                self.save_requested.clear()
+                self._save_or_warn()
             self.telemetry.progress(steps, meter.add(steps), recent_returns[-1] if recent_returns else None)
             if done:
                 break
         if eval_future is not None:
             self._log_eval(eval_future.result(), eval_step)
 
+    def _stalled(self, seconds: float) -> None:
+        log.error("no agent step consumed for %.0f s (train.stall_timeout=%g); where everything is:",
+                  seconds, self.cfg.train.stall_timeout)
+        for line in self.workers.report():
+            log.error("  %s", line)
+        raise Stalled(f"stalled: no agent step consumed for {seconds:.0f} s at {self.stats.agent_steps} agent "
+                      f"steps (train.stall_timeout={self.cfg.train.stall_timeout:g}); train.log says where "
+                      f"each actor and learner was")
+
     def _log_training(self, steps: int, sps: float, recent_returns: deque) -> None:
         scalars = {"charts/SPS": sps, "charts/FPS": sps * self.spec.frameskip,
-                   "charts/policy_lag": self.stats.policy_lag}
+                   "charts/policy_lag": self.stats.policy_lag, "charts/actor_restarts": self.workers.restarts,
+                   "losses/nonfinite_updates": self.stats.nonfinite_updates}
         last = dict(self.stats.last)
         if last:
             scalars["charts/learning_rate"] = last["learning_rate"]
@@ -315,17 +365,18 @@ class DistributedTrainer:
                  f"{last['total']:.3f}" if last else "n/a", self.stats.policy_lag)
 
     def _start_eval(self, step: int) -> Future:
-        with self.learner.lock:
-            model = copy.deepcopy(self.policy.learner).cpu()
-        return self.eval_pool.submit(self._evaluate, model, step)
+        return self.eval_pool.submit(self._evaluate, self.checkpoint_state(), step)
 
-    def _evaluate(self, model, step: int) -> tuple[EvalResult, dict]:
+    def _evaluate(self, snapshot: dict, step: int) -> tuple[EvalResult, dict]:
+        """Evaluate the weights of ``snapshot`` (a :meth:`checkpoint_state` taken at ``step``)."""
+        model = copy.deepcopy(self.policy.learner).cpu()
+        model.load_state_dict(snapshot["model"])
         result = evaluate(model, self.cfg.env, self.cfg.train.num_eval_episodes, eval_seed(self.cfg.seed, step),
                           stop=lambda: self.eval_stop)
-        return result, {k: v.clone() for k, v in model.state_dict().items()}
+        return result, snapshot
 
     def _log_eval(self, outcome: tuple[EvalResult, dict], step: int) -> None:
-        result, model_state = outcome
+        result, snapshot = outcome
         if not result.returns:
             return
         self.telemetry.log({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}, step)
@@ -333,34 +384,60 @@ class DistributedTrainer:
                  result.std_return, len(result.returns))
         if result.mean_return > self.best_eval_return:
             self.best_eval_return = result.mean_return
-            run = self.state
-            run.agent_steps = step  # the evaluated weights' step (checkpoint_state derives frames from it)
-            checkpoint.save_best(self.checkpoint_state(model_state, run), self.run_dir / "checkpoints")
+            # best.pt is the snapshot the evaluation started from: weights, optimizer, schedule,
+            # counters and RNG of one moment, with the return it scored.
+            try:
+                checkpoint.save_best({**snapshot, "best_eval_return": result.mean_return},
+                                     self.run_dir / "checkpoints")
+            except checkpoint.CheckpointSaveError as exc:
+                log.error("best.pt not saved, training goes on: %s", exc)
 
     # ----------------------------------------------------------------- shutdown
     def _shutdown(self, outcome: str) -> None:
-        self.eval_stop = True
-        self.free_indices = self.workers.stop()
-        self.eval_pool.shutdown(wait=True)
-        try:
-            if outcome != "failed":  # after a learner error the optimizer state may be half-updated
-                self.save()
-            if outcome == "done" and self.cfg.train.num_eval_episodes > 0:
-                self._final_eval()
-        finally:
-            self.telemetry.close()
-            self.workers.close()
-        log.info("training %s at %d agent steps (%d frames), %d updates", outcome, self.stats.agent_steps,
-                 self.stats.agent_steps * self.spec.frameskip, self.stats.updates)
+        saved = True
+        with _second_signal_ignored():  # a second Ctrl-C or SIGTERM must not skip the checkpoint
+            self.eval_stop = True
+            self.free_indices = self.workers.stop()
+            self.eval_pool.shutdown(wait=True)
+            try:
+                if outcome != "failed":  # after a learner error the optimizer state may be half-updated
+                    saved = self._save_or_warn()
+                if saved and outcome == "done" and self.cfg.train.num_eval_episodes > 0:
+                    self._final_eval()
+                    saved = self._save_or_warn()
+            finally:
+                self.telemetry.close()
+                self.workers.close()
+            log.info("training %s at %d agent steps (%d frames), %d updates", outcome, self.stats.agent_steps,
+                     self.stats.agent_steps * self.spec.frameskip, self.stats.updates)
+        if not saved and outcome == "done":
+            raise TrainingError(f"the final checkpoint could not be written in {self.run_dir / 'checkpoints'} "
+                                f"(train.log names the error)")
 
     def _final_eval(self) -> None:
-        """Evaluate the final weights (the checkpoint is already safe), then save the result with them."""
+        """Evaluate the final weights (the checkpoint is already safe); the caller saves the result."""
         self.eval_stop = False
-        model = copy.deepcopy(self.policy.learner).cpu()
         step = self.stats.agent_steps
         self.evals.ran(step)
-        self._log_eval(self._evaluate(model, step), step)
-        self.save()
+        self._log_eval(self._evaluate(self.checkpoint_state(), step), step)
+
+
+@contextmanager
+def _second_signal_ignored():
+    """While the run shuts down, Ctrl-C and SIGTERM are logged and otherwise ignored (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def already_stopping(signum, frame):
+        log.warning("%s: already stopping; the checkpoint is being written", signal.Signals(signum).name)
+
+    before = {sig: signal.signal(sig, already_stopping) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager
