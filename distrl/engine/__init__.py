@@ -14,8 +14,9 @@
 4. ``../vtrace.py``  V-trace targets and the loss terms (pure tensor functions).
 5. ``../policy.py``  The network, its actor and learner copies, and ``publish``.
 
-Around the data path: ``placement.py`` resolves the ``auto`` sizes (actors, envs, slots,
-threads, cores); ``supervisor.py`` starts, watches and stops actors and learner threads;
+Around the data path: ``pipes.py`` is the queues between processes (safe against a process
+killed at any moment); ``placement.py`` resolves the ``auto`` sizes (actors, envs, slots,
+threads, cores); ``supervisor.py`` starts, watches, restarts and stops actors and learner threads;
 ``schedule.py`` says when to log, evaluate and save; ``evaluator.py`` plays evaluation
 episodes; ``trainer.py`` (``DistributedTrainer``) builds the run and drives the schedule.
 Data flows one way: config -> trainer -> (storage, actors, learners) -> checkpoints, metrics.
