@@ -101,6 +101,17 @@ class TrainBlock:
 
 
 @dataclass
+class DistributedConfig:
+    """Several ranks (``torchrun``, or ``nproc_per_node`` started here); values in conf/train.yaml."""
+
+    nproc_per_node: int = MISSING
+    backend: str = MISSING  # auto | gloo | nccl
+    timeout: float = MISSING  # seconds
+    check_interval: int = MISSING  # updates
+    max_restarts: int = MISSING
+
+
+@dataclass
 class TrainConfig:
     """Top level of ``conf/train.yaml`` (which holds the values); names follow the seed API."""
 
@@ -108,6 +119,7 @@ class TrainConfig:
     agent: AgentConfig = MISSING
     model: ModelConfig = MISSING
     train: TrainBlock = MISSING
+    distributed: DistributedConfig = MISSING
     tag: str = MISSING
     seed: int = MISSING
     device: str = MISSING
@@ -150,7 +162,8 @@ class EvalConfig:
 def _nested_schemas(cfg: DictConfig, schema: type) -> dict[str, type]:
     if schema is TrainConfig:
         env = AtariEnvConfig if cfg.get("env", {}).get("kind") == "atari" else GymEnvConfig
-        return {"env": env, "agent": AgentConfig, "model": ModelConfig, "train": TrainBlock}
+        return {"env": env, "agent": AgentConfig, "model": ModelConfig, "train": TrainBlock,
+                "distributed": DistributedConfig}
     if schema is EvalConfig:
         return {"env": EvalEnvOverrides}
     return {}
@@ -405,6 +418,37 @@ def slots_memory_error(nbytes: int, num_storages: int) -> ConfigError | None:
                        f"shared memory, more than the {room / 2**30:.1f} GiB free here (/dev/shm, MemAvailable)")
 
 
+def world_size(cfg: DictConfig) -> int:
+    """Ranks of the run: ``torchrun``'s ``WORLD_SIZE``, else ``distributed.nproc_per_node``."""
+    return int(os.environ.get("WORLD_SIZE", cfg.distributed.nproc_per_node))
+
+
+def _validate_distributed(cfg: DictConfig, placement) -> None:
+    dist = cfg.distributed
+    _positive_int(cfg, "distributed.nproc_per_node")
+    _positive_int(cfg, "distributed.check_interval")
+    _check(dist.backend in ("auto", "gloo", "nccl"), "distributed.backend", dist.backend, "auto, gloo or nccl")
+    _check(dist.timeout > 0, "distributed.timeout", dist.timeout, "a number of seconds > 0")
+    _check(dist.max_restarts >= 0, "distributed.max_restarts", dist.max_restarts, "an integer >= 0")
+    if world_size(cfg) == 1:
+        return
+    _check(cfg.num_learners == 1, "num_learners", cfg.num_learners,
+           "1 with several ranks (each rank's one learner joins the gradient all-reduce)")
+    if "WORLD_SIZE" in os.environ:  # under torchrun: this rank's share is checked by the rank itself
+        return
+    from distrl.engine.placement import cpu_count
+
+    nproc = dist.nproc_per_node
+    cores = cpu_count()
+    _check(nproc <= cores, "distributed.nproc_per_node", nproc,
+           f"at most the {cores} cores this command may use (each rank needs a core of its own)")
+    if placement.device.type == "cuda":
+        import torch
+
+        _check(nproc <= torch.cuda.device_count(), "distributed.nproc_per_node", nproc,
+               f"at most one rank per GPU with device={cfg.device}: this machine has {torch.cuda.device_count()}")
+
+
 def validate(cfg: DictConfig) -> None:
     """Check every value of a composed train config.
 
@@ -446,6 +490,8 @@ def validate(cfg: DictConfig) -> None:
         f"must be >= num_actors x envs_per_actor + batch_size x num_learners "
         f"({placement.stepping} + {cfg.batch_size} x {cfg.num_learners}): use at least {need}",
     )
+
+    _validate_distributed(cfg, placement)
 
     agent = cfg.agent
     _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))

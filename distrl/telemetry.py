@@ -95,3 +95,16 @@ class Telemetry:
             self._guard("writer", self.writer.close)
         if self.jsonl is not None:
             self._guard("jsonl", self.jsonl.close)
+
+
+class NullTelemetry:
+    """What ranks other than 0 write: nothing (rank 0 logs every rank's episodes)."""
+
+    def log(self, scalars: dict[str, float], agent_steps: int) -> None:
+        pass
+
+    def progress(self, agent_steps: int, sps: float, recent_return: float | None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

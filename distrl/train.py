@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import signal
+import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -24,14 +27,27 @@ def _raise_terminated(signum, frame):
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
 def main(cfg: DictConfig) -> None:
-    """Validate the config, then train one run in Hydra's run directory."""
+    """Validate the config, then train one run in Hydra's run directory (as one rank of several
+    under ``torchrun``; or start ``distributed.nproc_per_node`` ranks here)."""
     checked("train", cfg, validate)
     logging.getLogger("distrl").setLevel(cfg.log_level)
+    run_dir = HydraConfig.get().runtime.output_dir
+    if cfg.distributed.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
+        _launch_ranks(cfg, run_dir)
+        return
+
+    from distrl import distributed
     from distrl.engine.trainer import ActorFailure, DistributedTrainer, Stalled, TrainingError
 
-    run_dir = HydraConfig.get().runtime.output_dir
+    ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
+    if ranks.enabled:
+        own_dir, run_dir = run_dir, distributed.broadcast(ranks, run_dir)  # one run, one directory: rank 0's
+        if not ranks.is_main:
+            _console_only(ranks.rank)
+            if own_dir != run_dir:  # Hydra's ${now} came out another second here
+                _remove_if_only_hydra(own_dir)
     try:
-        trainer = DistributedTrainer(cfg, run_dir)
+        trainer = DistributedTrainer(cfg, run_dir, ranks=ranks)
     except (CheckpointError, ConfigError) as exc:
         fail("train", str(exc))
     # A shell that starts a job in the background may leave SIGINT ignored; Ctrl-C and
@@ -46,3 +62,39 @@ def main(cfg: DictConfig) -> None:
         fail("train", f"{exc}; a checkpoint was saved in {run_dir}/checkpoints", code=1)
     except TrainingError as exc:
         fail("train", str(exc), code=1)
+    finally:
+        distributed.shutdown(ranks)
+
+
+def _launch_ranks(cfg: DictConfig, run_dir: str) -> None:
+    """``distributed.nproc_per_node`` ranks of this command in ``run_dir``, through torch's elastic launcher."""
+    from distrl import distributed
+
+    overrides = [a for a in HydraConfig.get().overrides.task
+                 if not a.startswith(("distributed.nproc_per_node=", "hydra.run.dir="))]
+    argv = [*overrides, f"hydra.run.dir={run_dir}", "distributed.nproc_per_node=1"]
+    log.info("starting %d ranks in %s", cfg.distributed.nproc_per_node, run_dir)
+    code = distributed.launch(cfg.distributed.nproc_per_node, argv, cfg.distributed.max_restarts)
+    if code:
+        sys.exit(code)
+
+
+def _remove_if_only_hydra(path: str) -> None:
+    """Remove a directory Hydra made for this rank if it holds only Hydra's files (``.hydra/`` and an
+    empty ``train.log``)."""
+    entries = set(os.listdir(path)) if os.path.isdir(path) else set()
+    log_file = os.path.join(path, "train.log")
+    if entries <= {".hydra", "train.log"} and (not os.path.exists(log_file) or os.path.getsize(log_file) == 0):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _console_only(rank: int) -> None:
+    """Ranks other than 0 write nothing into the run directory: warnings and errors on the console."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler):
+            root.removeHandler(handler)
+    fmt = logging.Formatter(f"[%(asctime)s][rank {rank}][%(levelname)s] - %(message)s")
+    for handler in root.handlers:
+        handler.setFormatter(fmt)
+    logging.getLogger("distrl").setLevel(logging.WARNING)

@@ -71,11 +71,13 @@ class Finished:
 
 
 class DistrlProcess:
-    """``python -m distrl ...`` in a subprocess, in its own process group, with its children tracked."""
+    """``python -m distrl ...`` (or ``launcher + args``) in a subprocess, in its own process group, with
+    its children tracked."""
 
-    def __init__(self, args: list[str], cwd: Path | str | None = None, env: dict | None = None):
+    def __init__(self, args: list[str], cwd: Path | str | None = None, env: dict | None = None,
+                 launcher: list[str] | None = None):
         self.popen = subprocess.Popen(
-            DISTRL + args, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            (launcher or DISTRL) + args, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         self.children: set[int] = set()
@@ -113,5 +115,5 @@ class DistrlProcess:
         return Finished(self.popen.returncode, out, err, set(self.children))
 
 
-def run_distrl(args: list[str], timeout: float = 240, cwd=None, env=None) -> Finished:
-    return DistrlProcess(args, cwd=cwd, env=env).finish(timeout)
+def run_distrl(args: list[str], timeout: float = 240, cwd=None, env=None, launcher=None) -> Finished:
+    return DistrlProcess(args, cwd=cwd, env=env, launcher=launcher).finish(timeout)

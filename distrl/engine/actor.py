@@ -132,12 +132,14 @@ class ActorContext:
 
 
 def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
-                   log_file: str | None = None, log_level: str | None = None) -> list[ActorContext]:
-    """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``."""
+                   log_file: str | None = None, log_level: str | None = None,
+                   first_actor: int = 0) -> list[ActorContext]:
+    """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``.
+    ``first_actor``: the run-wide id of this rank's first actor (its env seeds follow from it)."""
     return [
         ActorContext(
             env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
-            seed=env_seed(cfg.seed, actor_id, placement.envs_per_actor), model=model,
+            seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
             buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
             log_level=log_level or cfg.log_level, log_file=log_file, cpu_affinity=placement.actor_cores[actor_id],
         )

@@ -22,6 +22,7 @@ import torch
 from omegaconf import DictConfig
 
 from distrl import vtrace
+from distrl.distributed import Ranks
 from distrl.engine.storage import BOOTSTRAP, STEPS, RolloutStorage
 from distrl.policy import DistributedActorLearner
 
@@ -65,11 +66,14 @@ class Learner:
         agent: the ``agent`` config node.
         device: the learner copy's device.
         compile: wrap the learner network in ``torch.compile``.
+        ranks: with several ranks, gradients are averaged across them before every step
+            (:mod:`distrl.distributed`).
     """
 
     def __init__(self, policy: DistributedActorLearner, optimizer, scheduler, agent: DictConfig,
-                 device: torch.device, compile: bool = False):
+                 device: torch.device, compile: bool = False, ranks: Ranks | None = None):
         self.policy = policy
+        self.ranks = ranks or Ranks()
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.agent = agent
@@ -77,10 +81,13 @@ class Learner:
         self.network = torch.compile(policy.learner) if compile else policy.learner
         self.lock = threading.RLock()  # held for an update and its counters (run_learner_thread)
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def update(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
         """One optimizer step on a ``[T+1, B]`` batch from :meth:`RolloutStorage.gather`: the network
         runs on all T+1 rows; the loss uses rows :data:`STEPS` and bootstraps from the value of
         row :data:`BOOTSTRAP` (the layout is :mod:`distrl.engine.storage`'s).
+
+        With several ranks the gradients are averaged across them first (every rank calls this
+        once per update; ``stop`` ends the wait for the others).
 
         A non-finite loss or gradient norm skips the optimizer step (the weights and the optimizer
         state stay as they were; the learning-rate schedule still advances by this update's agent
@@ -121,6 +128,8 @@ class Learner:
             learning_rate = self.optimizer.param_groups[0]["lr"]
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
+            if self.ranks.enabled:
+                self.ranks.average_gradients(self.policy.learner.parameters(), stop)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
             names = ("total", "policy", "value", "entropy", "grad_norm")
             values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
@@ -162,24 +171,34 @@ class NonFiniteError(RuntimeError):
 
 def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: LearnerStats, batch_size: int,
                        num_train_steps: int, policy_version, stop: threading.Event, errors: list,
-                       max_nonfinite_updates: int = 10) -> None:
+                       max_nonfinite_updates: int = 10, check_interval: int = 100,
+                       exchange_interval: int = 8) -> None:
     """Loop: take ``B`` full slots, gather the batch, free the slots, update, until ``stats.agent_steps``
     reaches ``num_train_steps``. Each update consumes ``T x B`` agent steps.
 
     Every wait polls ``stop``, so the thread never blocks forever. An exception is appended to
     ``errors`` and sets ``stop``; ``max_nonfinite_updates`` skipped updates in a row raise
-    :class:`NonFiniteError` that way.
+    :class:`NonFiniteError` that way. With several ranks (``learner.ranks``) the update count is the
+    same on every rank, each update consumes ``T x B x world_size`` global agent steps, the weights
+    are compared across ranks every ``check_interval`` updates and finished episodes go to rank 0
+    every ``exchange_interval`` updates.
     """
-    steps_per_update = storage.layout.num_steps * batch_size
+    ranks = learner.ranks
+    steps_per_update = storage.layout.num_steps * batch_size * ranks.world_size
     name = threading.current_thread().name
     held: list[int] = []
     nonfinite_in_a_row = 0
     try:
         while not stop.is_set():
             with stats.lock:
-                if stats.agent_steps >= num_train_steps:
-                    stats.activity[name] = "done: the budget is consumed"
-                    return
+                done = stats.agent_steps >= num_train_steps
+            if done:
+                stats.activity[name] = "done: the budget is consumed"
+                if ranks.enabled:  # every rank is here at the same update
+                    ranks.exchange_episodes(stop)
+                    with learner.lock:
+                        ranks.check_identical(list(learner.policy.learner.parameters()), stop)
+                return
             while len(held) < batch_size and not stop.is_set():
                 stats.activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
                 try:
@@ -195,7 +214,7 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
             held.clear()
             start = time.perf_counter()
             with learner.lock:  # a checkpoint sees the weights and the counters of one moment
-                losses = learner.update(batch)
+                losses = learner.update(batch, stop)
                 finite = losses.pop("finite")
                 with stats.lock:
                     lag = stats.updates - batch["policy_version"].float().mean().item()
@@ -204,6 +223,12 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
                     policy_version.value = stats.updates
                     stats.policy_lag = lag
                     stats.last = {**losses, "update_seconds": time.perf_counter() - start}
+            if ranks.enabled:
+                if stats.updates % exchange_interval == 0:
+                    ranks.exchange_episodes(stop)
+                if stats.updates % check_interval == 0:
+                    with learner.lock:
+                        ranks.check_identical(list(learner.policy.learner.parameters()), stop)
             if finite:
                 nonfinite_in_a_row = 0
                 continue

@@ -59,6 +59,8 @@ def plan(cfg: DictConfig) -> Placement:
     """Resolve ``device``, ``num_actors``, ``num_storages``, ``learner_threads``, ``env.async_step``
     and ``pin_actors`` of a composed train config.
 
+    - ``device``: ``cuda`` under ``torchrun`` is ``cuda:LOCAL_RANK``; the cores are this rank's share
+      (:func:`distrl.distributed.take_core_share` restricts the process before this runs).
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
     - ``learner_threads=auto``: the cores the actors leave (at least 1).
@@ -75,6 +77,8 @@ def plan(cfg: DictConfig) -> Placement:
         ConfigError: ``device`` names a device this machine does not have.
     """
     device = resolve_device(cfg.device)
+    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one rank per GPU
     cores = cpu_count()
     if cfg.num_actors != "auto":
         num_actors = int(cfg.num_actors)

@@ -81,7 +81,7 @@ class Workers:
         self.causes: dict[int, str] = {}  # actor id -> the last line of its exception
 
     def start(self, actor_contexts: list[ActorContext], num_learners: int, batch_size: int,
-              num_train_steps: int, max_nonfinite_updates: int = 10) -> None:
+              num_train_steps: int, max_nonfinite_updates: int = 10, check_interval: int = 100) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
         at ``num_train_steps`` agent steps."""
         self.contexts = list(actor_contexts)
@@ -93,7 +93,7 @@ class Workers:
                 kwargs=dict(storage=self.storage, stats=self.stats, batch_size=batch_size,
                             num_train_steps=num_train_steps, policy_version=self.channels.policy_version,
                             stop=self.learner_stop, errors=self.learner_errors,
-                            max_nonfinite_updates=max_nonfinite_updates),
+                            max_nonfinite_updates=max_nonfinite_updates, check_interval=check_interval),
             )
             thread.start()
             self.learner_threads.append(thread)

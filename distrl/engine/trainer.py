@@ -31,6 +31,7 @@ import distrl
 from distrl import checkpoint
 from distrl.checkpoint import RunState
 from distrl.config import env_creation_error, slots_memory_error, validate
+from distrl.distributed import Ranks
 from distrl.engine.actor import Channels, actor_contexts, env_seed
 from distrl.engine.evaluator import EvalResult, eval_seed, evaluate
 from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_scheduler
@@ -40,7 +41,7 @@ from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
 from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner
-from distrl.telemetry import Telemetry
+from distrl.telemetry import NullTelemetry, Telemetry
 
 __all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "Stalled", "TrainingError"]
 
@@ -57,6 +58,8 @@ class DistributedTrainer:
         run_dir: the run directory (checkpoints, TensorBoard, metrics.jsonl, train.log).
         progress: show the console progress bar; None: when stderr is a terminal (elsewhere,
             e.g. in a log file, the periodic log lines stand in for it).
+        ranks: this process's rank among several (:func:`distrl.distributed.from_environment`);
+            None: one rank. Rank 0 alone saves, evaluates and writes metrics.
 
     With ``cfg.resume`` (``auto``: ``run_dir/checkpoints/latest.pt`` if there is one) the run
     continues from that checkpoint: weights, optimizer, schedule, counters and RNG;
@@ -67,9 +70,11 @@ class DistributedTrainer:
         checkpoint.CheckpointError: the checkpoint to resume from is unusable or does not fit.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike, progress: bool | None = None):
+    def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike, progress: bool | None = None,
+                 ranks: Ranks | None = None):
         validate(cfg)
         self.cfg = cfg
+        self.ranks = ranks or Ranks()
         self.run_dir = Path(run_dir)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.placement = plan(cfg)
@@ -93,11 +98,11 @@ class DistributedTrainer:
             log.info("initial weights from %s", cfg.train.init_model_path)
         self.policy.to(self.device)
         self.policy.freeze()
-        self.steps_per_update = cfg.num_steps * cfg.batch_size
+        self.steps_per_update = cfg.num_steps * cfg.batch_size * self.ranks.world_size  # global agent steps
         self.optimizer = make_optimizer(self.policy, cfg.agent)
         self.scheduler = make_scheduler(self.optimizer, self.steps_per_update, cfg.train.num_train_steps)
         self.learner = Learner(self.policy, self.optimizer, self.scheduler, cfg.agent, self.device,
-                               compile=cfg.train.th_compile)
+                               compile=cfg.train.th_compile, ranks=self.ranks)
         self.stats = LearnerStats()
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
@@ -107,6 +112,9 @@ class DistributedTrainer:
         self.resumed_from = checkpoint.find_resume_checkpoint(cfg.resume, self.run_dir)
         if self.resumed_from:
             self._resume(checkpoint.load_checkpoint(self.resumed_from))
+        if self.ranks.enabled:  # every rank starts from rank 0's weights
+            self.ranks.broadcast_parameters(self.policy.learner)
+            self.policy.publish()
 
     @property
     def num_storages(self) -> int:
@@ -136,9 +144,12 @@ class DistributedTrainer:
         self.evals.ran(run.last_eval_step)
         self.saves.ran(run.last_save_step)
         self.best_eval_return = run.best_eval_return
-        # The schedule's position is in agent steps of this run's total budget.
+        # The schedule's position is in agent steps of this run's total budget (a checkpoint of N
+        # ranks made its updates of T x B x N agent steps; here each is T x B x world_size).
+        position = run.agent_steps // self.steps_per_update
+        self.scheduler.last_epoch = position
         for group, base_lr in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
-            group["lr"] = base_lr * self.scheduler.lr_lambdas[0](run.updates)
+            group["lr"] = base_lr * self.scheduler.lr_lambdas[0](position)
         checkpoint.set_rng_state(saved["rng"])
         log.info("resumed at %d agent steps, %d updates, from %s", run.agent_steps, run.updates, self.resumed_from)
 
@@ -191,8 +202,10 @@ class DistributedTrainer:
         self.save_requested.set()
 
     def _save_or_warn(self) -> bool:
-        """:meth:`save`; a failed write (a full disk) is logged in one line and training goes on,
-        retrying at the next interval. Returns whether it saved."""
+        """:meth:`save` on rank 0; a failed write (a full disk) is logged in one line and training
+        goes on, retrying at the next interval. Returns whether it saved (True on other ranks)."""
+        if not self.ranks.is_main:
+            return True
         try:
             self.save()
             return True
@@ -252,6 +265,11 @@ class DistributedTrainer:
                  p.envs_per_actor, cfg.num_steps, cfg.batch_size, self.device, p.learner_threads,
                  self.policy.summary())
         log.debug("%s", self.policy.learner)
+        if self.ranks.enabled:
+            log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
+                     "batch B x ranks = %d", self.ranks.rank, self.ranks.world_size, self.ranks.local_rank,
+                     self.ranks.local_world_size, sorted(os.sched_getaffinity(0)),
+                     cfg.batch_size * self.ranks.world_size)
         log.info("training to %d agent steps (%d frames); Ctrl-C stops and saves a checkpoint",
                  cfg.train.num_train_steps, cfg.train.num_train_steps * self.spec.frameskip)
 
@@ -261,24 +279,28 @@ class DistributedTrainer:
         mp_context = mp.get_context("spawn")
         storage = RolloutStorage(RolloutLayout.for_run(cfg, self.spec), self.num_storages, mp_context)
         log.debug("storages: %d slots, %.1f MiB shared memory", self.num_storages, storage.nbytes() / 2**20)
+        hparams = _flatten(OmegaConf.to_container(cfg, resolve=True))
+        hparams["distributed.world_size"] = self.ranks.world_size
         self.telemetry = Telemetry(
             self.run_dir, cfg.train.num_train_steps, self.stats.agent_steps, self.spec.frameskip,
-            hparams=_flatten(OmegaConf.to_container(cfg, resolve=True)), progress=self.progress,
-        )
+            hparams=hparams, progress=self.progress,
+        ) if self.ranks.is_main else NullTelemetry()
         p, train = self.placement, cfg.train
         self.channels = Channels.create(storage, mp_context, p.num_actors, self.stats.updates)
         self.workers = Workers(
             mp_context, storage, self.channels, self.learner, self.stats, max_restarts=train.max_actor_restarts,
             restart_window=train.actor_restart_window,
-            reseed=lambda actor_id, restart: env_seed(cfg.seed, actor_id, p.envs_per_actor, restart, p.num_actors))
+            reseed=lambda actor_id, restart: env_seed(cfg.seed, self.ranks.rank * p.num_actors + actor_id,
+                                                      p.envs_per_actor, restart, p.num_actors * self.ranks.world_size))
         self.eval_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distrl-eval")
         self.eval_stop = False
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, self.placement, self.policy.actor, storage, self.channels,
-                                      log_file=str(self.run_dir / "actors.log"))
+                                      log_file=str(self.run_dir / "actors.log"),
+                                      first_actor=self.ranks.rank * p.num_actors)
             self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.num_train_steps,
-                               train.max_nonfinite_updates)
+                               train.max_nonfinite_updates, cfg.distributed.check_interval)
             self._schedule()
             outcome = "done"
         except KeyboardInterrupt:
@@ -312,7 +334,13 @@ class DistributedTrainer:
                 progress_at = (time.monotonic(), steps)
             elif time.monotonic() - progress_at[0] > train.stall_timeout:
                 self._stalled(time.monotonic() - progress_at[0])
-            for _, episode_return, episode_length in drain(self.channels.episode_queue):
+            episodes = [(r, n) for _, r, n in drain(self.channels.episode_queue)]
+            if not self.ranks.is_main:
+                self.ranks.outgoing.extend(episodes)  # rank 0 logs them (distrl.distributed)
+                episodes = []
+            while self.ranks.incoming:
+                episodes.append(self.ranks.incoming.popleft())
+            for episode_return, episode_length in episodes:
                 recent_returns.append(episode_return)
                 self.telemetry.log({"charts/episodic_return": episode_return,
                                     "charts/episodic_length": episode_length}, steps)
@@ -327,7 +355,8 @@ class DistributedTrainer:
             if eval_future is not None and eval_future.done():
                 self._log_eval(eval_future.result(), eval_step)
                 eval_future = None
-            if eval_future is None and train.num_eval_episodes > 0 and self.evals.due(steps) and not done:
+            if (eval_future is None and train.num_eval_episodes > 0 and self.evals.due(steps) and not done
+                    and self.ranks.is_main):
                 self.evals.ran(steps)
                 eval_step = steps
                 eval_future = self._start_eval(steps)
@@ -402,7 +431,7 @@ class DistributedTrainer:
             try:
                 if outcome != "failed":  # after a learner error the optimizer state may be half-updated
                     saved = self._save_or_warn()
-                if saved and outcome == "done" and self.cfg.train.num_eval_episodes > 0:
+                if saved and outcome == "done" and self.cfg.train.num_eval_episodes > 0 and self.ranks.is_main:
                     self._final_eval()
                     saved = self._save_or_warn()
             finally:

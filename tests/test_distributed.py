@@ -1,0 +1,114 @@
+"""Several ranks on loopback (gloo): torchrun, the built-in launcher, a lost rank, resume across rank counts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+
+import psutil
+from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, run_distrl
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from distrl.checkpoint import load_checkpoint
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# one actor per rank: two ranks share the 2 cores of a small machine
+CARTPOLE = [*TINY_CARTPOLE, "num_actors=1", "env.max_episode_steps=20", "train.num_train_steps=4000"]
+
+
+def _episodes(run_dir) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if "charts/episodic_length" in r]
+
+
+def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
+    run_dir = tmp_path / "run"
+    # check_interval=1: the ranks compare their weights after every update (a difference ends the run)
+    done = run_distrl(["train", *CARTPOLE, "distributed.nproc_per_node=2", "distributed.check_interval=1",
+                       f"hydra.run.dir={run_dir}"], timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.alive_children() == []
+    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    # agent steps are global: every update consumed T x B on each of the 2 ranks
+    assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 >= 4000
+    log = (run_dir / "train.log").read_text()
+    assert "rank 0 of 2" in log and "effective batch B x ranks = 8" in log
+    # both ranks' episodes reach rank 0's logs: their lengths add up to about the agent steps of both
+    # (20-step episodes; one rank's alone would be half)
+    lengths = sum(r["charts/episodic_length"] for r in _episodes(run_dir))
+    assert lengths > 0.8 * state["agent_steps"]
+    tb = EventAccumulator(str(run_dir / "tb"))
+    tb.Reload()
+    assert len(tb.Scalars("charts/episodic_return")) == len(_episodes(run_dir))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # one run directory
+
+    # a checkpoint of 2 ranks continues on 1: counters, schedule position, weights
+    done = run_distrl(["train", *CARTPOLE, "train.num_train_steps=6000", f"resume={run_dir}",
+                       f"hydra.run.dir={tmp_path}/one"], timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resumed at {state['agent_steps']} agent steps" in (tmp_path / "one" / "train.log").read_text()
+    assert load_checkpoint(tmp_path / "one" / "checkpoints" / "latest.pt")["agent_steps"] >= 6000
+
+
+def test_torchrun_starts_the_ranks_of_pong(tmp_path):
+    run_dir = tmp_path / "run"
+    done = run_distrl(["--standalone", "--nproc-per-node=2", "-m", "distrl", "train", *TINY_PONG, "num_actors=1",
+                       "train.num_train_steps=1200", f"hydra.run.dir={run_dir}"], timeout=240, launcher=TORCHRUN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 >= 1200
+    assert done.alive_children() == []
+
+
+def test_two_launches_at_once_do_not_collide(tmp_path):
+    procs = [DistrlProcess(["train", *CARTPOLE, "distributed.nproc_per_node=2", f"hydra.run.dir={tmp_path}/{i}"])
+             for i in range(2)]
+    for i, proc in enumerate(procs):
+        done = proc.finish(timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert load_checkpoint(tmp_path / str(i) / "checkpoints" / "latest.pt")["agent_steps"] >= 4000
+
+
+def _rank_process(proc: DistrlProcess, rank: int):
+    for child in proc.poll_children():
+        try:
+            if child.environ().get("RANK") == str(rank) and "distrl" in " ".join(child.cmdline()):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_a_lost_rank_stops_the_others_and_a_restart_resumes(tmp_path):
+    # without restarts: the other rank is stopped and the command names the rank
+    run_dir = tmp_path / "run"
+    proc = DistrlProcess(["train", *CARTPOLE, "train.num_train_steps=10000000", "distributed.nproc_per_node=2",
+                          f"hydra.run.dir={run_dir}"])
+    assert proc.wait_for(lambda: (run_dir / "metrics.jsonl").exists()
+                         and "losses/total" in (run_dir / "metrics.jsonl").read_text(), timeout=120)
+    victim = _rank_process(proc, 1)
+    assert victim is not None
+    victim.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    done = proc.finish(timeout=90)
+    assert time.monotonic() - killed_at < 60
+    assert done.returncode == 1
+    assert "rank 1 failed" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
+    assert done.alive_children() == []
+
+    # with distributed.max_restarts=1: the group starts again and continues from latest.pt
+    run_dir = tmp_path / "restart"
+    proc = DistrlProcess(["train", *CARTPOLE, "train.num_train_steps=30000", "train.save_interval=2000",
+                          "distributed.nproc_per_node=2", "distributed.max_restarts=1", f"hydra.run.dir={run_dir}"])
+    latest = run_dir / "checkpoints" / "latest.pt"
+    assert proc.wait_for(latest.exists, timeout=120)
+    victim = _rank_process(proc, 1)
+    assert victim is not None
+    victim.send_signal(signal.SIGKILL)
+    done = proc.finish(timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resumed at" in (run_dir / "train.log").read_text()
+    assert load_checkpoint(latest)["agent_steps"] >= 30000
+    assert done.alive_children() == []
+
