@@ -14,7 +14,9 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
      learner that only returns slots to the free queue;
   L  learning: learner updates on full storages with no actors running (T x B per update);
   T  end to end: the real ``distrl train`` command (agent steps/s and frames/s), with
-     its peak memory (sum of PSS over the process tree) and mean policy lag.
+     its peak memory (sum of PSS over the process tree) and mean policy lag. With
+     ``--ranks 1 2 4``: T with each number of ranks (``distributed.nproc_per_node``, the
+     machine's cores split among them), T_N, and the scaling efficiency T_N / (N x T_1).
 
 Limit model: P = 1 / (1/E + 1/I + 1/L) for end to end, P_S = 1 / (1/E + 1/I) for sampling;
 the ratios S/P_S and T/P say how close distrl runs to what the parts allow.
@@ -264,6 +266,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--compile", action="store_true", help="also measure L with train.th_compile=true")
     parser.add_argument("--only", default="EISLT", help="which figures, e.g. EIL")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1],
+                        help="measure T with each of these numbers of ranks on this machine")
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds of E, I, S, L (interleaved, so that a machine whose speed drifts "
                              "affects every figure alike); each figure is the median of its rounds")
@@ -300,10 +304,16 @@ def main() -> None:
     if "L" in args.only and args.compile:
         emit("L_compiled", bench_learner(cfg, spec, args, compile_model=True))
     if "T" in args.only:
-        end = bench_end_to_end(overrides, spec, args)
-        emit("T", end["T"], frames_per_s=round(end["T_frames"], 1), peak_pss_gib=round(end["peak_pss_gib"], 2),
-             policy_lag=round(end["policy_lag"], 2))
+        for ranks in args.ranks:
+            name = "T" if ranks == 1 else f"T_{ranks}"
+            end = bench_end_to_end([*overrides, f"distributed.nproc_per_node={ranks}"], spec, args)
+            emit(name, end["T"], frames_per_s=round(end["T_frames"], 1), peak_pss_gib=round(end["peak_pss_gib"], 2),
+                 policy_lag=round(end["policy_lag"], 2), ranks=ranks)
+
     rows = [(k, f"{v:,.0f}") for k, v in figures.items()]
+    for ranks in args.ranks:
+        if ranks > 1 and {"T", f"T_{ranks}"} <= set(figures):
+            rows.append((f"T_{ranks}/({ranks} x T)", f"{figures[f'T_{ranks}'] / (ranks * figures['T']):.2f}"))
     if {"E", "I"} <= set(figures):
         p_s = 1 / (1 / figures["E"] + 1 / figures["I"])
         rows.append(("P_S", f"{p_s:,.0f}"))

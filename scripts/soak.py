@@ -114,7 +114,8 @@ def main() -> int:
     restarts = log.count("restarted (restart")
     lost = [int(m.group(1)) for m in re.finditer(r"storage accounting: (\d+) of \d+ slots not returned", log)]
     usr1_saves = len(re.findall(r"checkpoint .*step_\d+\.pt", log))
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()] if (run_dir / "metrics.jsonl").exists() else []
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.open()] if metrics.exists() else []
     steps = [(r["time"], r["agent_steps"]) for r in records if "charts/SPS" in r]
     windows = []
     if steps:
