@@ -84,7 +84,8 @@ def test_every_default_lives_in_the_yaml_alone():
     from distrl import config
 
     schemas = [config.AtariEnvConfig, config.GymEnvConfig, config.AgentConfig, config.ModelConfig,
-               config.TrainBlock, config.TrainConfig, config.EvalEnvOverrides, config.EvalConfig]
+               config.TrainBlock, config.TrainConfig, config.EvalEnvOverrides, config.EvalConfig,
+               config.DistributedConfig]
     for schema in schemas:
         for f in dataclasses.fields(schema):
             assert f.default == "???" and f.default_factory is dataclasses.MISSING, f"{schema.__name__}.{f.name}"
@@ -119,6 +120,12 @@ BAD = [
     (["env=image_cue", "model=mlp"], "model.encoder"),
     (["experiment=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
+    (["train.stall_timeout=0"], "train.stall_timeout"),
+    (["train.max_actor_restarts=-1"], "train.max_actor_restarts"),
+    (["train.max_nonfinite_updates=0"], "train.max_nonfinite_updates"),
+    (["distributed.nproc_per_node=100000"], "distributed.nproc_per_node"),
+    (["distributed.nproc_per_node=2", "num_learners=2"], "num_learners"),
+    (["distributed.backend=mpi"], "distributed.backend"),
 ]
 if not torch.cuda.is_available():
     BAD.append((["device=cuda"], "device"))
