@@ -59,13 +59,17 @@ def test_a_killed_actor_is_restarted_and_the_run_finishes_with_every_slot(tmp_pa
     assert done.alive_children() == []
 
 
+def _failing_run(env_id: str, run_dir: Path, *overrides: str):
+    """CartPole's settings on a test env of failing_env.py, until it fails: the result and its last line."""
+    done = run_distrl(["train", *TINY_CARTPOLE, f"env.id=failing_env:{env_id}", "train.num_train_steps=1000000",
+                       *overrides, f"hydra.run.dir={run_dir}"], env={"PYTHONPATH": TESTS_DIR}, timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    return done, done.stderr.strip().splitlines()[-1]
+
+
 def test_an_env_that_always_fails_stops_after_the_restart_budget(tmp_path):
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", *TINY_CARTPOLE, "env.id=failing_env:FailsAfterSteps-v0", "train.max_actor_restarts=2",
-                       "train.num_train_steps=1000000", f"hydra.run.dir={run_dir}"],
-                      env={"PYTHONPATH": TESTS_DIR}, timeout=180)
-    assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
+    done, last = _failing_run("FailsAfterSteps-v0", run_dir, "train.max_actor_restarts=2")
     assert "after 2 actor restarts" in last and "the emulator broke at step" in last, done.stderr[-3000:]
     assert "train.max_actor_restarts=2" in last
     log = (run_dir / "train.log").read_text()
@@ -77,11 +81,7 @@ def test_an_env_that_always_fails_stops_after_the_restart_budget(tmp_path):
 
 def test_a_hung_env_trips_the_stall_watchdog(tmp_path):
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", *TINY_CARTPOLE, "env.id=failing_env:HangsAfterSteps-v0", "train.stall_timeout=4",
-                       "train.num_train_steps=1000000", f"hydra.run.dir={run_dir}"],
-                      env={"PYTHONPATH": TESTS_DIR}, timeout=120)
-    assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
+    done, last = _failing_run("HangsAfterSteps-v0", run_dir, "train.stall_timeout=4")
     assert "stalled: no agent step consumed for" in last and "train.stall_timeout=4" in last, done.stderr[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "actor 0 (pid" in log and "last step" in log and "free" in log
@@ -170,12 +170,9 @@ def test_sigusr1_saves_and_training_goes_on(tmp_path):
 
 def test_nan_rewards_skip_updates_then_stop_and_no_checkpoint_holds_nan(tmp_path):
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", *TINY_CARTPOLE, "env.id=failing_env:NanRewardsAfterSteps-v0",
-                       "train.max_nonfinite_updates=3", "train.save_interval=500", "train.keep_checkpoints=100",
-                       "train.num_train_steps=1000000", f"hydra.run.dir={run_dir}"],
-                      env={"PYTHONPATH": TESTS_DIR}, timeout=120)
-    assert done.returncode == 1
-    assert "3 updates in a row had a non-finite loss or gradient" in done.stderr.strip().splitlines()[-1]
+    _, last = _failing_run("NanRewardsAfterSteps-v0", run_dir, "train.max_nonfinite_updates=3",
+                           "train.save_interval=500", "train.keep_checkpoints=100")
+    assert "3 updates in a row had a non-finite loss or gradient" in last
     log = (run_dir / "train.log").read_text()
     assert log.count("skipped: non-finite loss") == 3
     files = sorted((run_dir / "checkpoints").glob("step_*.pt"))
