@@ -181,7 +181,8 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
         pass
     except Exception:
         log.exception("actor %d failed", actor_id)
-        trace = traceback.format_exc()[-(PIPE_BUF // 2):]  # the end says what failed; a message fits a pipe write
+        # the end says what failed; a message must fit one atomic pipe write (PIPE_BUF bytes)
+        trace = traceback.format_exc().encode()[-(PIPE_BUF // 2):].decode(errors="ignore")
         ch.error_queue.put((actor_id, trace))
         raise SystemExit(1) from None
     finally:
