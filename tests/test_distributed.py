@@ -15,7 +15,7 @@ from distrl.checkpoint import load_checkpoint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # one actor per rank: two ranks share the 2 cores of a small machine
-CARTPOLE = [*TINY_CARTPOLE, "num_actors=1", "env.max_episode_steps=20", "train.num_train_steps=4000"]
+CARTPOLE = [*TINY_CARTPOLE, "num_actors=1", "env.max_episode_steps=20", "train.num_train_steps=12000"]
 
 
 def _episodes(run_dir) -> list[dict]:
@@ -31,11 +31,11 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     assert done.alive_children() == []
     state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     # agent steps are global: every update consumed T x B on each of the 2 ranks
-    assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 >= 4000
+    assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 >= 12000
     log = (run_dir / "train.log").read_text()
     assert "rank 0 of 2" in log and "effective batch B x ranks = 8" in log
     # both ranks' episodes reach rank 0's logs: their lengths add up to about the agent steps of both
-    # (20-step episodes; one rank's alone would be half)
+    # (20-step episodes; one rank's alone would be half; the last moments' episodes may be missing)
     lengths = sum(r["charts/episodic_length"] for r in _episodes(run_dir))
     assert lengths > 0.8 * state["agent_steps"]
     tb = EventAccumulator(str(run_dir / "tb"))
@@ -44,11 +44,11 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # one run directory
 
     # a checkpoint of 2 ranks continues on 1: counters, schedule position, weights
-    done = run_distrl(["train", *CARTPOLE, "train.num_train_steps=6000", f"resume={run_dir}",
+    done = run_distrl(["train", *CARTPOLE, "train.num_train_steps=16000", f"resume={run_dir}",
                        f"hydra.run.dir={tmp_path}/one"], timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"resumed at {state['agent_steps']} agent steps" in (tmp_path / "one" / "train.log").read_text()
-    assert load_checkpoint(tmp_path / "one" / "checkpoints" / "latest.pt")["agent_steps"] >= 6000
+    assert load_checkpoint(tmp_path / "one" / "checkpoints" / "latest.pt")["agent_steps"] >= 16000
 
 
 def test_torchrun_starts_the_ranks_of_pong(tmp_path):
@@ -67,7 +67,7 @@ def test_two_launches_at_once_do_not_collide(tmp_path):
     for i, proc in enumerate(procs):
         done = proc.finish(timeout=240)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert load_checkpoint(tmp_path / str(i) / "checkpoints" / "latest.pt")["agent_steps"] >= 4000
+        assert load_checkpoint(tmp_path / str(i) / "checkpoints" / "latest.pt")["agent_steps"] >= 12000
 
 
 def _rank_process(proc: DistrlProcess, rank: int):

@@ -176,7 +176,7 @@ def test_nan_rewards_skip_updates_then_stop_and_no_checkpoint_holds_nan(tmp_path
     log = (run_dir / "train.log").read_text()
     assert log.count("skipped: non-finite loss") == 3
     files = sorted((run_dir / "checkpoints").glob("step_*.pt"))
-    assert files
+    assert files  # saved while the rewards were finite (4 envs x 10,000 steps each)
     for path in files:
         state = load_checkpoint(path)
         assert all(torch.isfinite(v).all() for v in state["model"].values()), path

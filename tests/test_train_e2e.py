@@ -100,7 +100,8 @@ def test_ctrl_c_stops_everything(tmp_path):
 def test_the_first_lines_say_where_what_how_big_and_how_to_stop(tmp_path):
     """Outside a terminal (a log file, SLURM) there is no progress bar: plain lines only."""
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", *TINY_CARTPOLE, f"hydra.run.dir={run_dir}"])
+    # long enough for several log intervals to pass between the trainer's ticks (0.25 s)
+    done = run_distrl(["train", *TINY_CARTPOLE, "train.num_train_steps=20000", f"hydra.run.dir={run_dir}"])
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     head = "\n".join(lines[:4])

@@ -340,10 +340,7 @@ class DistributedTrainer:
                 episodes = []
             while self.ranks.incoming:
                 episodes.append(self.ranks.incoming.popleft())
-            for episode_return, episode_length in episodes:
-                recent_returns.append(episode_return)
-                self.telemetry.log({"charts/episodic_return": episode_return,
-                                    "charts/episodic_length": episode_length}, steps)
+            self._log_episodes(episodes, steps, recent_returns)
             done = steps >= train.num_train_steps
             if logs.due(steps) or done:
                 logs.ran(steps)
@@ -368,6 +365,12 @@ class DistributedTrainer:
                 break
         if eval_future is not None:
             self._log_eval(eval_future.result(), eval_step)
+
+    def _log_episodes(self, episodes: list[tuple[float, int]], steps: int, recent_returns: deque) -> None:
+        for episode_return, episode_length in episodes:
+            recent_returns.append(episode_return)
+            self.telemetry.log({"charts/episodic_return": episode_return,
+                                "charts/episodic_length": episode_length}, steps)
 
     def _stalled(self, seconds: float) -> None:
         log.error("no agent step consumed for %.0f s (train.stall_timeout=%g); where everything is:",
@@ -427,6 +430,9 @@ class DistributedTrainer:
         with _second_signal_ignored():  # a second Ctrl-C or SIGTERM must not skip the checkpoint
             self.eval_stop = True
             self.free_indices = self.workers.stop()
+            # the other ranks' episodes of the learners' last exchange
+            self._log_episodes(list(self.ranks.incoming), self.stats.agent_steps, deque())
+            self.ranks.incoming.clear()
             self.eval_pool.shutdown(wait=True)
             try:
                 if outcome != "failed":  # after a learner error the optimizer state may be half-updated
