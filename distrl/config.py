@@ -430,6 +430,8 @@ def _validate_distributed(cfg: DictConfig, placement) -> None:
     _check(dist.backend in ("auto", "gloo", "nccl"), "distributed.backend", dist.backend, "auto, gloo or nccl")
     _check(dist.timeout > 0, "distributed.timeout", dist.timeout, "a number of seconds > 0")
     _check(dist.max_restarts >= 0, "distributed.max_restarts", dist.max_restarts, "an integer >= 0")
+    _check(dist.backend != "nccl" or placement.device.type == "cuda", "distributed.backend", dist.backend,
+           "auto or gloo with a CPU learner (nccl moves CUDA tensors only)")
     if world_size(cfg) == 1:
         return
     _check(cfg.num_learners == 1, "num_learners", cfg.num_learners,

@@ -46,6 +46,7 @@ class Ranks:
         rank, world_size: global rank and number of ranks.
         local_rank, local_world_size: rank on this node and ranks on this node.
         timeout: seconds a collective may wait for the other ranks.
+        device: the device of the tensors the collectives move (``cuda:LOCAL_RANK`` with nccl).
         outgoing: this rank's finished episodes ``(return, length)`` not yet sent to rank 0.
         incoming: on rank 0, the other ranks' episodes received, for its logs.
     """
@@ -55,6 +56,7 @@ class Ranks:
     local_rank: int = 0
     local_world_size: int = 1
     timeout: float = 60.0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where collectives' tensors live
     outgoing: deque = field(default_factory=deque)
     incoming: deque = field(default_factory=deque)
 
@@ -109,8 +111,8 @@ class Ranks:
         import torch.distributed as dist
 
         with torch.no_grad():
-            local = torch.stack([torch.cat([p.detach().reshape(-1).double().cpu() for p in parameters]).sum(),
-                                 torch.tensor(float(self.rank), dtype=torch.float64)])
+            local = torch.stack([torch.cat([p.detach().reshape(-1).double() for p in parameters]).sum().cpu(),
+                                 torch.tensor(float(self.rank), dtype=torch.float64)]).to(self.device)
         gathered = [torch.zeros_like(local) for _ in range(self.world_size)]
         self._wait(dist.all_gather(gathered, local, async_op=True), stop)
         sums = [float(g[0]) for g in gathered]
@@ -126,7 +128,7 @@ class Ranks:
         mine = []
         while self.outgoing:
             mine.append(self.outgoing.popleft())
-        count = torch.tensor([len(mine)], dtype=torch.int64)
+        count = torch.tensor([len(mine)], dtype=torch.int64, device=self.device)
         counts = [torch.zeros_like(count) for _ in range(self.world_size)]
         self._wait(dist.all_gather(counts, count, async_op=True), stop)
         most = max(int(c) for c in counts)
@@ -135,12 +137,13 @@ class Ranks:
         local = torch.zeros((most, 2), dtype=torch.float64)
         if mine:
             local[:len(mine)] = torch.tensor(mine, dtype=torch.float64)
+        local = local.to(self.device)
         gathered = [torch.zeros_like(local) for _ in range(self.world_size)]
         self._wait(dist.all_gather(gathered, local, async_op=True), stop)
         if self.is_main:
             for rank, (n, rows) in enumerate(zip(counts, gathered, strict=True)):
                 if rank != self.rank:
-                    self.incoming.extend((float(r), int(n_steps)) for r, n_steps in rows[:int(n)].tolist())
+                    self.incoming.extend((float(r), int(n_steps)) for r, n_steps in rows[:int(n)].cpu().tolist())
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Every rank takes rank 0's weights (at the start, so that the ranks begin identical)."""
@@ -165,6 +168,9 @@ def from_environment(backend: str, timeout: float) -> Ranks:
                   int(os.environ.get("LOCAL_WORLD_SIZE", "1")), timeout)
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":  # nccl moves CUDA tensors only: this rank's GPU
+        ranks.device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(ranks.device)
     if not dist.is_initialized():
         dist.init_process_group(backend, store=_store(ranks, timeout), rank=ranks.rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout))

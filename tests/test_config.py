@@ -126,6 +126,7 @@ BAD = [
     (["distributed.nproc_per_node=100000"], "distributed.nproc_per_node"),
     (["distributed.nproc_per_node=2", "num_learners=2"], "num_learners"),
     (["distributed.backend=mpi"], "distributed.backend"),
+    (["distributed.backend=nccl", "device=cpu"], "distributed.backend"),
 ]
 if not torch.cuda.is_available():
     BAD.append((["device=cuda"], "device"))
