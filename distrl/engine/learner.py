@@ -136,11 +136,8 @@ class Learner:
             finite = math.isfinite(values[0]) and math.isfinite(values[-1])
             if finite:
                 self.optimizer.step()
-            else:
-                self.optimizer.zero_grad(set_to_none=True)
-            self.scheduler.step()
-            if finite:
                 self.policy.publish()
+            self.scheduler.step()
         return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate, "finite": finite}
 
 

@@ -144,7 +144,7 @@ class RolloutStorage:
 
     def nbytes(self) -> int:
         """Bytes of shared memory held by the slots."""
-        return sum(t.numel() * t.element_size() for t in self.buffers.values())
+        return self.layout.nbytes(self.num_storages)
 
     def gather(self, indices: Sequence[int], device: torch.device) -> dict[str, torch.Tensor]:
         """Copy the slots ``indices`` into a time-major batch on ``device``.

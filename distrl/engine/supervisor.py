@@ -101,7 +101,7 @@ class Workers:
     def _spawn(self, actor_id: int, ctx: ActorContext):
         process = self.mp_context.Process(target=run_actor, args=(actor_id, ctx), name=f"distrl-actor-{actor_id}",
                                           daemon=True)
-        with _signals_ignored():  # the child starts with them ignored, before its own code runs
+        with handling_signals(STOP_SIGNALS, signal.SIG_IGN):  # the child starts with them ignored
             process.start()
         return process
 
@@ -203,15 +203,16 @@ class Workers:
 
 
 @contextmanager
-def _signals_ignored():
-    """Ignore the stop signals in this process while a child is started (from the main thread
-    only; elsewhere the child's own first lines ignore them)."""
+def handling_signals(signals, handler):
+    """Within the block, ``signals`` go to ``handler`` (a function or ``signal.SIG_IGN``); the
+    previous handlers come back after it. Only the main thread may set handlers: elsewhere the
+    block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+    before = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+        for sig, previous in before.items():
+            signal.signal(sig, previous)

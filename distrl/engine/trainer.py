@@ -38,7 +38,7 @@ from distrl.engine.learner import Learner, LearnerStats, make_optimizer, make_sc
 from distrl.engine.placement import plan
 from distrl.engine.schedule import Every, Throughput
 from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
-from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers
+from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers, handling_signals
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner
 from distrl.telemetry import NullTelemetry, Telemetry
@@ -427,7 +427,8 @@ class DistributedTrainer:
     # ----------------------------------------------------------------- shutdown
     def _shutdown(self, outcome: str) -> None:
         saved = True
-        with _second_signal_ignored():  # a second Ctrl-C or SIGTERM must not skip the checkpoint
+        # a second Ctrl-C or SIGTERM is logged and must not skip the checkpoint
+        with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
             self.eval_stop = True
             self.free_indices = self.workers.stop()
             # the other ranks' episodes of the learners' last exchange
@@ -457,22 +458,8 @@ class DistributedTrainer:
         self._log_eval(self._evaluate(self.checkpoint_state(), step), step)
 
 
-@contextmanager
-def _second_signal_ignored():
-    """While the run shuts down, Ctrl-C and SIGTERM are logged and otherwise ignored (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def already_stopping(signum, frame):
-        log.warning("%s: already stopping; the checkpoint is being written", signal.Signals(signum).name)
-
-    before = {sig: signal.signal(sig, already_stopping) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+def _already_stopping(signum, frame) -> None:
+    log.warning("%s: already stopping; the checkpoint is being written", signal.Signals(signum).name)
 
 
 @contextmanager
