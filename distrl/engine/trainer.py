@@ -367,6 +367,8 @@ class DistributedTrainer:
             self._log_eval(eval_future.result(), eval_step)
 
     def _log_episodes(self, episodes: list[tuple[float, int]], steps: int, recent_returns: deque) -> None:
+        """Log finished episodes ``(raw return, length in agent steps)`` at ``steps`` agent steps and
+        append their returns to ``recent_returns`` (the progress line's window)."""
         for episode_return, episode_length in episodes:
             recent_returns.append(episode_return)
             self.telemetry.log({"charts/episodic_return": episode_return,
@@ -459,6 +461,7 @@ class DistributedTrainer:
 
 
 def _already_stopping(signum, frame) -> None:
+    """Signal handler during shutdown: a second Ctrl-C or SIGTERM is logged, nothing else."""
     log.warning("%s: already stopping; the checkpoint is being written", signal.Signals(signum).name)
 
 
