@@ -174,7 +174,9 @@ def test_nan_rewards_skip_updates_then_stop_and_no_checkpoint_holds_nan(tmp_path
                            "train.save_interval=500", "train.keep_checkpoints=100")
     assert "3 updates in a row had a non-finite loss or gradient" in last
     log = (run_dir / "train.log").read_text()
-    assert log.count("skipped: non-finite loss") == 3
+    # a batch of slots filled before the rewards turned NaN is finite and resets the count, so how
+    # many are skipped in all depends on timing; the last three in a row are what stopped the run
+    assert log.count("skipped: non-finite loss") >= 3 and "(3 in a row)" in log
     files = sorted((run_dir / "checkpoints").glob("step_*.pt"))
     assert files  # saved while the rewards were finite (4 envs x 10,000 steps each)
     for path in files:
