@@ -63,6 +63,7 @@ class AgentConfig:
     eps: float = MISSING
     momentum: float = MISSING
     entropy_cost: float = MISSING
+    entropy_schedule: str = MISSING  # constant | linear (to 0 over train.num_train_steps, like lr)
     baseline_cost: float = MISSING
     discount: float = MISSING
     reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
@@ -233,6 +234,7 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
 
 
 OPTIMIZERS = ("rmsprop", "adam")
+ENTROPY_SCHEDULES = ("constant", "linear")
 ENCODERS = ("nature_cnn", "impala_resnet", "mlp")
 INIT_FNS = ("orthogonal", "xavier_uniform", "default")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -497,6 +499,8 @@ def validate(cfg: DictConfig) -> None:
 
     agent = cfg.agent
     _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
+    _check(agent.entropy_schedule in ENTROPY_SCHEDULES, "agent.entropy_schedule", agent.entropy_schedule,
+           ", ".join(ENTROPY_SCHEDULES))
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
     for key in ("entropy_cost", "baseline_cost", "momentum"):

@@ -123,3 +123,20 @@ def test_multirun_gives_one_complete_run_per_job(tmp_path):
         state = load_checkpoint(sweep / job / "checkpoints" / "latest.pt")
         assert state["config"]["seed"] == seed
         check_run(sweep / job, 1000)
+
+
+def test_linear_entropy_schedule_decays_with_the_learning_rate(tmp_path):
+    """``agent.entropy_schedule=linear``: every update's entropy cost is ``agent.entropy_cost`` times
+    the learning rate's decay factor, so it falls to near 0 by the end of the run."""
+    run_dir = tmp_path / "run"
+    done = run_distrl(["train", *TINY_CARTPOLE, "agent.entropy_schedule=linear", "train.num_train_steps=12000",
+                       "train.num_eval_episodes=0", f"hydra.run.dir={run_dir}"], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    agent = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["config"]["agent"]
+    acc = scalars(run_dir)
+    costs = [e.value for e in acc.Scalars("charts/entropy_cost")]
+    rates = [e.value for e in acc.Scalars("charts/learning_rate")]
+    assert len(costs) == len(rates) >= 3
+    for cost, rate in zip(costs, rates, strict=True):
+        assert cost / agent["entropy_cost"] == pytest.approx(rate / agent["lr"], rel=1e-4)
+    assert costs == sorted(costs, reverse=True) and costs[-1] < 0.3 * agent["entropy_cost"] < costs[0]

@@ -6,7 +6,8 @@ V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, each
 averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
 :mod:`distrl.vtrace` for why distrl averages). Rewards are clipped to
 ``[-reward_clip, reward_clip]`` in the loss only. The learning rate decays
-linearly to 0 over ``num_train_steps`` agent steps, ``T x B`` per update.
+linearly to 0 over ``num_train_steps`` agent steps, ``T x B`` per update, and so does
+the entropy cost with ``entropy_schedule: linear``.
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ class Learner:
         steps) and returns ``finite=False``.
 
         Returns:
-            ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "finite"}``:
-            floats, ``learning_rate`` the rate this step used, and ``finite`` a bool.
+            ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
+            "finite"}``: floats, ``learning_rate`` and ``entropy_cost`` those this step used, and
+            ``finite`` a bool.
         """
         agent = self.agent
         with self.lock:
@@ -123,9 +125,10 @@ class Learner:
             pg_loss = vtrace.policy_gradient_loss(logits, actions, targets.pg_advantages)
             value_loss = vtrace.baseline_loss(targets.vs - baseline)
             entropy_loss = vtrace.entropy_loss(logits)
-            total = pg_loss + agent.baseline_cost * value_loss + agent.entropy_cost * entropy_loss
-
             learning_rate = self.optimizer.param_groups[0]["lr"]
+            entropy_cost = self.entropy_cost()
+            total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
             if self.ranks.enabled:
@@ -138,7 +141,15 @@ class Learner:
                 self.optimizer.step()
                 self.policy.publish()
             self.scheduler.step()
-        return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate, "finite": finite}
+        return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate,
+                "entropy_cost": entropy_cost, "finite": finite}
+
+    def entropy_cost(self) -> float:
+        """The entropy cost of the next update: ``agent.entropy_cost``, times the learning rate's
+        decay factor (1 at the start, 0 at ``num_train_steps``) with ``entropy_schedule: linear``."""
+        if self.agent.entropy_schedule == "constant":
+            return self.agent.entropy_cost
+        return self.agent.entropy_cost * self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
 
 
 @dataclass

@@ -390,6 +390,7 @@ class DistributedTrainer:
         last = dict(self.stats.last)
         if last:
             scalars["charts/learning_rate"] = last["learning_rate"]
+            scalars["charts/entropy_cost"] = last["entropy_cost"]
             for name in ("total", "policy", "value", "entropy", "grad_norm"):
                 scalars[f"losses/{name}"] = last[name]
         self.telemetry.log(scalars, steps)
