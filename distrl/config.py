@@ -59,6 +59,7 @@ class AgentConfig:
     name: str = MISSING
     optimizer: str = MISSING  # rmsprop | adam
     lr: float = MISSING
+    lr_warmup_steps: int = MISSING  # agent steps of linear warm-up from 0
     alpha: float = MISSING  # RMSProp decay
     eps: float = MISSING
     momentum: float = MISSING
@@ -503,6 +504,7 @@ def validate(cfg: DictConfig) -> None:
            ", ".join(ENTROPY_SCHEDULES))
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
+    _check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")
     for key in ("entropy_cost", "baseline_cost", "momentum"):
         _check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")
     _check(0 <= agent.discount <= 1, "agent.discount", agent.discount, "a number in [0, 1]")

@@ -1,11 +1,16 @@
 """What a checkpoint's network sees and how its optimizer moves it, layer by layer.
 
-    python scripts/inspect_checkpoint.py outputs/<run>/checkpoints/latest.pt [--steps 100]
+    python scripts/inspect_checkpoint.py outputs/<run>/checkpoints/latest.pt [--steps 100] [--actions policy]
 
-Prints one JSON line per layer:
+Observations come from the checkpoint's own env: 8 envs, ``--steps`` steps each, with
+random actions or (``--actions policy``) actions sampled from the checkpoint's policy.
+Prints one JSON line for the policy, then one per layer:
 
-- ReLU layers of the encoder, on observations of the checkpoint's own env (8 envs,
-  ``--steps`` random-action steps each): ``dead``, the share of units (channels
+- The policy on those observations: ``entropy`` (mean, nats), ``entropy_of_max`` (that
+  mean over ln(actions): 1 is uniform), and ``max_prob`` (mean, 10th, 50th and 90th
+  percentiles of the probability of the most likely action; 1 / actions is uniform).
+  A policy near uniform plays much worse with sampled actions than with greedy ones.
+- ReLU layers of the encoder: ``dead``, the share of units (channels
   for convolutions) that output 0 on every observation, and ``feature_std``, the
   mean over units of their standard deviation across observations. A network
   whose first layer is dead does not see the game.
@@ -48,6 +53,17 @@ def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
     return rows
 
 
+def policy_width(logits: torch.Tensor) -> dict:
+    """``entropy``, ``entropy_of_max`` and ``max_prob`` quantiles of ``logits [N, A]``."""
+    log_probs = torch.log_softmax(logits, dim=-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    max_prob = log_probs.exp().amax(-1)
+    quantiles = [round(max_prob.quantile(q).item(), 3) for q in (0.1, 0.5, 0.9)]
+    return {"policy": "on these observations", "actions": logits.shape[-1], "entropy": round(entropy.mean().item(), 3),
+            "entropy_of_max": round(entropy.mean().item() / np.log(logits.shape[-1]), 3),
+            "max_prob": {"mean": round(max_prob.mean().item(), 3), "p10_p50_p90": quantiles}}
+
+
 def optimizer_scale(state: dict) -> list[dict]:
     """``rms_grad``, ``below_eps`` and ``step_scale`` of every parameter with optimizer state."""
     eps = state["config"]["agent"]["eps"]
@@ -70,7 +86,9 @@ def optimizer_scale(state: dict) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ckpt", help="a distrl checkpoint (.pt)")
-    parser.add_argument("--steps", type=int, default=100, help="random-action steps of each of 8 envs")
+    parser.add_argument("--steps", type=int, default=100, help="steps of each of 8 envs")
+    parser.add_argument("--actions", choices=("random", "policy"), default="random",
+                        help="how the envs are stepped: random actions, or sampled from the checkpoint's policy")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -81,16 +99,24 @@ def main() -> None:
     model.eval()
     env = make_vector_env(cfg.env, 8)
     rng = np.random.default_rng(args.seed)
+    torch.manual_seed(args.seed)
     try:
-        env.reset(seed=args.seed)
-        frames = []
+        obs, _ = env.reset(seed=args.seed)
+        frames, logits = [], []
+        core, first = model.initial_state(8), torch.ones(8, dtype=torch.bool)
         for _ in range(args.steps):
-            obs, *_ = env.step(rng.integers(0, state["num_actions"], 8))
             frames.append(np.asarray(obs).copy())
+            out, core = model.act(torch.from_numpy(frames[-1]), first, core)
+            logits.append(out["policy_logits"])
+            actions = out["action"].numpy() if args.actions == "policy" else rng.integers(0, state["num_actions"], 8)
+            obs, _, terminated, truncated, _ = env.step(actions)
+            first = torch.from_numpy(np.logical_or(terminated, truncated))
     finally:
         env.close()
     obs = torch.from_numpy(np.concatenate(frames))
-    print(json.dumps({"ckpt": args.ckpt, "agent_steps": state["agent_steps"], "observations": len(obs)}))
+    print(json.dumps({"ckpt": args.ckpt, "agent_steps": state["agent_steps"], "observations": len(obs),
+                      "actions": args.actions}))
+    print(json.dumps(policy_width(torch.cat(logits))))
     for row in relu_activity(model, obs) + optimizer_scale(state):
         print(json.dumps(row))
 

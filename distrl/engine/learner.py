@@ -47,14 +47,28 @@ def make_optimizer(policy: DistributedActorLearner, agent: DictConfig) -> torch.
     raise ValueError(f"agent.optimizer={agent.optimizer!r}: use rmsprop or adam")
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_train_steps: int):
-    """Linear decay of the learning rate to 0 at ``num_train_steps`` agent steps.
+def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_train_steps: int,
+                   warmup_steps: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
+    """The learning rate's schedule: a linear warm-up from 0 over the first ``warmup_steps``
+    agent steps, times a linear decay to 0 at ``num_train_steps`` agent steps.
 
-    The scheduler counts updates; each consumes ``steps_per_update = T x B`` agent steps.
+    The scheduler counts updates; each consumes ``steps_per_update = T x B`` agent steps. Its
+    factor function carries the decay alone as ``.decay(updates)`` (for the entropy schedule).
+
+    Why the warm-up: torch's RMSProp starts its running mean of squared gradients at 0, so its
+    first step moves every weight by ``lr / sqrt(1 - alpha)`` (10 x lr at alpha 0.99) in the sign
+    of its gradient, whatever the gradient's size. On Pong that first step alone took the
+    policy's entropy from ln 6 to 0.13 and left a quarter of the first layer's filters dead
+    (docs/learning.md, "The first updates").
     """
-    def factor(updates: int) -> float:
+    def decay(updates: int) -> float:
         return max(0.0, 1.0 - updates * steps_per_update / num_train_steps)
 
+    def factor(updates: int) -> float:
+        warmup = min(1.0, (updates + 1) * steps_per_update / warmup_steps) if warmup_steps > 0 else 1.0
+        return warmup * decay(updates)
+
+    factor.decay = decay
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
@@ -146,10 +160,11 @@ class Learner:
 
     def entropy_cost(self) -> float:
         """The entropy cost of the next update: ``agent.entropy_cost``, times the learning rate's
-        decay factor (1 at the start, 0 at ``num_train_steps``) with ``entropy_schedule: linear``."""
+        decay factor (1 at the start, 0 at ``num_train_steps``; no warm-up) with
+        ``entropy_schedule: linear``."""
         if self.agent.entropy_schedule == "constant":
             return self.agent.entropy_cost
-        return self.agent.entropy_cost * self.scheduler.lr_lambdas[0](self.scheduler.last_epoch)
+        return self.agent.entropy_cost * self.scheduler.lr_lambdas[0].decay(self.scheduler.last_epoch)
 
 
 @dataclass

@@ -100,7 +100,8 @@ class DistributedTrainer:
         self.policy.freeze()
         self.steps_per_update = cfg.num_steps * cfg.batch_size * self.ranks.world_size  # global agent steps
         self.optimizer = make_optimizer(self.policy, cfg.agent)
-        self.scheduler = make_scheduler(self.optimizer, self.steps_per_update, cfg.train.num_train_steps)
+        self.scheduler = make_scheduler(self.optimizer, self.steps_per_update, cfg.train.num_train_steps,
+                                        cfg.agent.lr_warmup_steps)
         self.learner = Learner(self.policy, self.optimizer, self.scheduler, cfg.agent, self.device,
                                compile=cfg.train.th_compile, ranks=self.ranks)
         self.stats = LearnerStats()
