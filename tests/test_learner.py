@@ -6,6 +6,8 @@ targets are plain n-step returns that can be written out here by hand:
 termination, and the stored ``truncation_value`` after a truncation.
 """
 
+import math
+
 import pytest
 import torch
 from conftest import compose_train
@@ -91,3 +93,57 @@ def test_a_termination_cuts_the_return_and_a_truncation_bootstraps_from_its_stor
     with_next_value = dict(batch, truncation_value=torch.zeros(T + 1, B))
     assert expected != pytest.approx(expected_value_loss(policy, with_next_value), rel=1e-3)
     assert learner.update(batch)["value"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
+    W, N = 5 * T * B, 20 * T * B  # warm-up over 5 updates, budget of 20 updates
+    cfg = compose_train(["experiment=cartpole", f"agent.lr_warmup_steps={W}"])
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
+    policy.freeze()
+    optimizer = make_optimizer(policy, cfg.agent)
+    learner = Learner(policy, optimizer, make_scheduler(optimizer, T * B, N, W), cfg.agent, torch.device("cpu"))
+    rates = [learner.update(on_policy_batch(policy, seed))["learning_rate"] for seed in range(20)]
+    expected = [cfg.agent.lr * min(1, (k + 1) / 5) * (1 - k / 20) for k in range(20)]
+    assert rates == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("warmup_steps", [0, 80_000])
+def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_warm_up(warmup_steps):
+    """torch's RMSProp starts its mean of squared gradients at 0: without a warm-up its first step
+    moves every weight by 10 x lr in the sign of its gradient, and the Atari policy collapses."""
+    from distrl.envs import make_vector_env
+
+    cfg = compose_train([f"agent.lr_warmup_steps={warmup_steps}"])
+    steps, envs = cfg.num_steps, cfg.batch_size
+    env = make_vector_env(cfg.env, envs)
+    try:
+        obs, _ = env.reset(seed=0)
+        frames = [torch.from_numpy(obs)]
+        for _ in range(steps):
+            obs, *_ = env.step(torch.randint(0, 6, (envs,)).numpy())
+            frames.append(torch.from_numpy(obs))
+    finally:
+        env.close()
+    torch.manual_seed(0)
+    policy = DistributedActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
+    policy.freeze()
+    optimizer = make_optimizer(policy, cfg.agent)
+    scheduler = make_scheduler(optimizer, steps * envs, cfg.train.num_train_steps, cfg.agent.lr_warmup_steps)
+    learner = Learner(policy, optimizer, scheduler, cfg.agent, torch.device("cpu"))
+    obs = torch.stack(frames)  # [T+1, B, 4, 84, 84] uint8
+    first = torch.zeros(steps + 1, envs, dtype=torch.bool)
+    with torch.no_grad():
+        logits, values, _ = policy.learner(obs, first)
+    batch = {"obs": obs, "first": first, "action": torch.randint(0, 6, (steps + 1, envs)),
+             "policy_logits": logits, "baseline": values, "reward": torch.zeros(steps + 1, envs),
+             "terminated": torch.zeros(steps + 1, envs, dtype=torch.bool),
+             "truncated": torch.zeros(steps + 1, envs, dtype=torch.bool),
+             "truncation_value": torch.zeros(steps + 1, envs), "policy_version": torch.zeros(envs, dtype=torch.int64)}
+    batch["reward"][2, 3] = 1.0  # one point scored
+    learner.update(batch)
+    with torch.no_grad():
+        after = torch.distributions.Categorical(logits=policy.learner(obs, first)[0]).entropy().mean().item()
+    if warmup_steps:
+        assert after > 0.99 * math.log(6)
+    else:
+        assert after < 0.5 * math.log(6)  # the defect the warm-up is for

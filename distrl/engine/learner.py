@@ -5,9 +5,10 @@ with V-trace advantages, ``baseline_cost`` x the squared error to the
 V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, each
 averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
 :mod:`distrl.vtrace` for why distrl averages). Rewards are clipped to
-``[-reward_clip, reward_clip]`` in the loss only. The learning rate decays
-linearly to 0 over ``num_train_steps`` agent steps, ``T x B`` per update, and so does
-the entropy cost with ``entropy_schedule: linear``.
+``[-reward_clip, reward_clip]`` in the loss only. The learning rate warms up
+linearly over ``lr_warmup_steps`` and decays linearly to 0 over ``num_train_steps``
+agent steps, ``T x B`` per update; the entropy cost decays with it under
+``entropy_schedule: linear``.
 """
 
 from __future__ import annotations
