@@ -115,6 +115,7 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
 
     cfg = compose_train([f"agent.lr_warmup_steps={warmup_steps}"])
     steps, envs = cfg.num_steps, cfg.batch_size
+    torch.manual_seed(0)
     env = make_vector_env(cfg.env, envs)
     try:
         obs, _ = env.reset(seed=0)
@@ -124,7 +125,6 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
             frames.append(torch.from_numpy(obs))
     finally:
         env.close()
-    torch.manual_seed(0)
     policy = DistributedActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
     policy.freeze()
     optimizer = make_optimizer(policy, cfg.agent)
