@@ -14,6 +14,11 @@ Prints one JSON line for the policy, then one per layer:
   for convolutions) that output 0 on every observation, and ``feature_std``, the
   mean over units of their standard deviation across observations. A network
   whose first layer is dead does not see the game.
+- The encoder's output features (feed-forward models): ``value_weight_positive``, the
+  share of dead and of live features whose weight into the value head is positive. When
+  the value estimate must fall fast (Pong: from 0 to about -2 in the first updates), units
+  that raise it are pushed below zero; a share far above the live one says that is how
+  they died.
 - Parameters: ``rms_grad``, the median of the optimizer's running RMS of the
   gradient per weight (RMSProp's sqrt(square_avg); Adam's bias-corrected
   sqrt(exp_avg_sq)), ``below_eps``, the share of weights where that RMS is below
@@ -51,6 +56,19 @@ def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
                      "dead": round((per_unit.amax(dim=1) <= 0).float().mean().item(), 3),
                      "feature_std": round(out.std(0).mean().item(), 5)})
     return rows
+
+
+def value_weight_sign(model: ActorCritic, obs: torch.Tensor) -> dict:
+    """Share of dead and live encoder features with a positive weight into the value head."""
+    with torch.no_grad():
+        dead = model.encoder(obs).amax(0) <= 0  # [feature_dim]
+        positive = model.baseline.weight.flatten() > 0
+        value = model.baseline(model.encoder(obs)).mean().item()
+    share = {name: round(positive[mask].float().mean().item(), 3) if mask.any() else None
+             for name, mask in (("dead", dead), ("live", ~dead))}
+    return {"features": "encoder output", "dead": int(dead.sum()), "of": dead.numel(),
+            "value_weight_positive": share, "value_mean": round(value, 3),
+            "value_bias": round(model.baseline.bias.item(), 3)}
 
 
 def policy_width(logits: torch.Tensor) -> dict:
@@ -119,6 +137,8 @@ def main() -> None:
     print(json.dumps(policy_width(torch.cat(logits))))
     for row in relu_activity(model, obs) + optimizer_scale(state):
         print(json.dumps(row))
+    if model.core is None:
+        print(json.dumps(value_weight_sign(model, obs)))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,9 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
     assert layers["encoder.convs.1"]["dead"] < 1.0  # a network that solved the task sees the frames
     assert {"encoder.convs.0.weight", "policy.weight", "baseline.weight"} <= set(params)
     assert all(0.0 <= r["step_scale"] <= 1.0 for r in params.values())
+    features = rows[-1]  # the encoder's output features and the value head's weights into them
+    assert features["features"] == "encoder output" and features["of"] == 512
+    assert features["dead"] == round(layers["encoder.fc.1"]["dead"] * 512)
 
 
 @pytest.mark.slow
