@@ -14,16 +14,16 @@ Prints one JSON line for the policy, then one per layer:
   for convolutions) that output 0 on every observation, and ``feature_std``, the
   mean over units of their standard deviation across observations. A network
   whose first layer is dead does not see the game.
-- The encoder's output features (feed-forward models): ``value_weight_positive``, the
-  share of dead and of live features whose weight into the value head is positive. When
-  the value estimate must fall fast (Pong: from 0 to about -2 in the first updates), units
-  that raise it are pushed below zero; a share far above the live one says that is how
-  they died.
 - Parameters: ``rms_grad``, the median of the optimizer's running RMS of the
   gradient per weight (RMSProp's sqrt(square_avg); Adam's bias-corrected
   sqrt(exp_avg_sq)), ``below_eps``, the share of weights where that RMS is below
   ``agent.eps``, and ``step_scale``, the mean of ``rms / (rms + eps)``: 1 is a
   normalised step, 0.1 a step damped 10x by eps.
+- Last, the encoder's output features (feed-forward models): ``value_weight_positive``, the
+  share of dead and of live features whose weight into the value head is positive. When
+  the value estimate must fall fast (Pong: from 0 to about -2 within 250k agent steps), units
+  that raise it are pushed below zero; a share far above the live one says that is how
+  they died.
 """
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
 def value_weight_sign(model: ActorCritic, obs: torch.Tensor) -> dict:
     """Share of dead and live encoder features with a positive weight into the value head."""
     with torch.no_grad():
-        dead = model.encoder(obs).amax(0) <= 0  # [feature_dim]
-        positive = model.baseline.weight.flatten() > 0
-        value = model.baseline(model.encoder(obs)).mean().item()
+        features = model.encoder(obs)  # [N, feature_dim]
+        value = model.baseline(features).mean().item()
+    dead = features.amax(0) <= 0
+    positive = model.baseline.weight.flatten() > 0
     share = {name: round(positive[mask].float().mean().item(), 3) if mask.any() else None
              for name, mask in (("dead", dead), ("live", ~dead))}
     return {"features": "encoder output", "dead": int(dead.sum()), "of": dead.numel(),
