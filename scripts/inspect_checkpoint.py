@@ -59,7 +59,14 @@ def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
 
 
 def value_weight_sign(model: ActorCritic, obs: torch.Tensor) -> dict:
-    """Share of dead and live encoder features with a positive weight into the value head."""
+    """How the encoder's output features died, from ``obs [N, *obs_shape]`` (uint8 frames).
+
+    A feature is dead when it is 0 on all N observations. Returns ``dead`` (count) ``of``
+    ``feature_dim``; ``value_weight_positive``, the share of the dead and of the live features
+    whose weight into the value head (``model.baseline``) is positive (None for an empty
+    group); and the value estimate's mean over ``obs`` and its bias (``value_mean``,
+    ``value_bias``, in clipped-reward units).
+    """
     with torch.no_grad():
         features = model.encoder(obs)  # [N, feature_dim]
         value = model.baseline(features).mean().item()
