@@ -71,6 +71,7 @@ class AgentConfig:
     rho_bar: float = MISSING
     c_bar: float = MISSING
     max_grad_norm: float = MISSING
+    num_epochs: int = MISSING  # optimizer steps on each batch
 
 
 @dataclass
@@ -504,6 +505,7 @@ def validate(cfg: DictConfig) -> None:
            ", ".join(ENTROPY_SCHEDULES))
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
+    _positive_int(cfg, "agent.num_epochs")
     _check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")
     for key in ("entropy_cost", "baseline_cost", "momentum"):
         _check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")

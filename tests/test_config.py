@@ -117,6 +117,7 @@ BAD = [
     (["pin_actors=sometimes"], "pin_actors"),
     (["agent.lr=0"], "agent.lr"),
     (["agent.optimizer=sgd"], "agent.optimizer"),
+    (["agent.num_epochs=0"], "agent.num_epochs"),
     (["env=image_cue", "model=mlp"], "model.encoder"),
     (["experiment=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),

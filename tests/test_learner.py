@@ -107,6 +107,40 @@ def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
     assert rates == pytest.approx(expected)
 
 
+def test_epochs_are_optimizer_steps_on_the_same_batch_with_one_schedule_step():
+    """``agent.num_epochs=2``: the weights after one update are those after two one-epoch updates
+    on the same batch; the first epoch's losses are reported, the actors get the weights once and
+    the learning rate advances by one batch's agent steps."""
+    def build(epochs: int):
+        cfg = compose_train(["experiment=cartpole", f"agent.num_epochs={epochs}"])
+        torch.manual_seed(0)
+        policy = DistributedActorLearner((OBS,), A, cfg.model)
+        policy.freeze()
+        optimizer = make_optimizer(policy, cfg.agent)
+        scheduler = make_scheduler(optimizer, T * B, 10 * T * B)  # the lr falls by a tenth an update
+        return Learner(policy, optimizer, scheduler, cfg.agent, torch.device("cpu")), policy
+
+    twice, policy2 = build(2)
+    once, policy1 = build(1)
+    batch = on_policy_batch(policy2)
+    published = []
+    policy2.publish = lambda: published.append(True)
+    losses = twice.update(batch)
+    assert published == [True]
+    assert twice.optimizer.param_groups[0]["lr"] == pytest.approx(0.9 * losses["learning_rate"])
+
+    first = once.update(batch)
+    once.scheduler.last_epoch = 0  # the second step at the first step's learning rate
+    once.optimizer.param_groups[0]["lr"] = first["learning_rate"]
+    once.update(batch)
+    assert losses["total"] == pytest.approx(first["total"])
+    for p2, p1 in zip(policy2.learner.parameters(), policy1.learner.parameters(), strict=True):
+        torch.testing.assert_close(p2, p1)
+    start = build(1)[1]
+    assert any(not torch.equal(p, q) for p, q in zip(policy2.learner.parameters(),
+                                                         start.learner.parameters(), strict=True))
+
+
 @pytest.mark.parametrize("warmup_steps", [0, 80_000])
 def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_warm_up(warmup_steps):
     """torch's RMSProp starts its mean of squared gradients at 0: without a warm-up its first step

@@ -8,7 +8,7 @@ averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
 ``[-reward_clip, reward_clip]`` in the loss only. The learning rate warms up
 linearly over ``lr_warmup_steps`` and decays linearly to 0 over ``num_train_steps``
 agent steps, ``T x B`` per update; the entropy cost decays with it under
-``entropy_schedule: linear``.
+``entropy_schedule: linear``. An update makes ``num_epochs`` optimizer steps on its batch.
 """
 
 from __future__ import annotations
@@ -98,66 +98,89 @@ class Learner:
         self.lock = threading.RLock()  # held for an update and its counters (run_learner_thread)
 
     def update(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
-        """One optimizer step on a ``[T+1, B]`` batch from :meth:`RolloutStorage.gather`: the network
-        runs on all T+1 rows; the loss uses rows :data:`STEPS` and bootstraps from the value of
-        row :data:`BOOTSTRAP` (the layout is :mod:`distrl.engine.storage`'s).
+        """``agent.num_epochs`` optimizer steps on one ``[T+1, B]`` batch from
+        :meth:`RolloutStorage.gather`, then the new weights go to the actors and the learning-rate
+        schedule advances by the batch's ``T x B`` agent steps (once, whatever the epochs).
+
+        Each epoch runs the network on all T+1 rows with the weights of that moment; the loss
+        uses rows :data:`STEPS` and bootstraps from the value of row :data:`BOOTSTRAP` (the layout
+        is :mod:`distrl.engine.storage`'s). From the second epoch on the batch is off-policy by the
+        epochs before it as well as by the actors' lag; V-trace corrects for both against the
+        behaviour logits the actors stored, as for IMPALA's experience replay (Espeholt et al.
+        2018, Table 2), which learns from old batches the same way.
 
         With several ranks the gradients are averaged across them first (every rank calls this
-        once per update; ``stop`` ends the wait for the others).
+        once per update and makes the same epochs; ``stop`` ends the wait for the others).
 
-        A non-finite loss or gradient norm skips the optimizer step (the weights and the optimizer
-        state stay as they were; the learning-rate schedule still advances by this update's agent
-        steps) and returns ``finite=False``.
+        A non-finite loss or gradient norm skips that optimizer step and the epochs after it (the
+        weights and the optimizer state stay as the last finite step left them; the schedule still
+        advances) and returns ``finite=False``.
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
-            "finite"}``: floats, ``learning_rate`` and ``entropy_cost`` those this step used, and
-            ``finite`` a bool.
+            "finite"}``: the first epoch's losses and gradient norm (the batch against the weights
+            it found), or those of the non-finite epoch, floats; ``learning_rate`` and ``entropy_cost`` those
+            this update used; ``finite`` a bool.
         """
-        agent = self.agent
         with self.lock:
-            core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
-            logits, values, _ = self.network(batch["obs"], batch["first"], core)  # all T+1 rows
-            logits, baseline = logits[STEPS], values[STEPS]
-            rewards = batch["reward"][STEPS]
-            if agent.reward_clip is not None:
-                rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
-            actions = batch["action"][STEPS]
-            targets = vtrace.vtrace_from_logits(
-                behaviour_logits=batch["policy_logits"][STEPS],
-                target_logits=logits,
-                actions=actions,
-                rewards=rewards,
-                terminated=batch["terminated"][STEPS],
-                truncated=batch["truncated"][STEPS],
-                values=baseline,
-                bootstrap_value=values[BOOTSTRAP],
-                truncation_values=batch["truncation_value"][STEPS],
-                discount=agent.discount,
-                rho_bar=agent.rho_bar,
-                c_bar=agent.c_bar,
-            )
-            pg_loss = vtrace.policy_gradient_loss(logits, actions, targets.pg_advantages)
-            value_loss = vtrace.baseline_loss(targets.vs - baseline)
-            entropy_loss = vtrace.entropy_loss(logits)
             learning_rate = self.optimizer.param_groups[0]["lr"]
             entropy_cost = self.entropy_cost()
-            total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
-
-            self.optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            if self.ranks.enabled:
-                self.ranks.average_gradients(self.policy.learner.parameters(), stop)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
-            names = ("total", "policy", "value", "entropy", "grad_norm")
-            values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
-            finite = math.isfinite(values[0]) and math.isfinite(values[-1])
-            if finite:
-                self.optimizer.step()
+            reported, stepped, finite = None, False, True
+            for _ in range(self.agent.num_epochs):
+                values = self._step(batch, entropy_cost, stop)
+                finite = math.isfinite(values[0]) and math.isfinite(values[-1])
+                if reported is None or not finite:
+                    reported = values
+                if not finite:
+                    break
+                stepped = True
+            if stepped:
                 self.policy.publish()
             self.scheduler.step()
-        return {**dict(zip(names, values, strict=True)), "learning_rate": learning_rate,
+        names = ("total", "policy", "value", "entropy", "grad_norm")
+        return {**dict(zip(names, reported, strict=True)), "learning_rate": learning_rate,
                 "entropy_cost": entropy_cost, "finite": finite}
+
+    def _step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
+              stop: threading.Event | None) -> list[float]:
+        """One optimizer step on ``batch`` (skipped if the loss or the gradient norm is not finite);
+        returns ``[total, policy, value, entropy, grad_norm]``."""
+        agent = self.agent
+        core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
+        logits, values, _ = self.network(batch["obs"], batch["first"], core)  # all T+1 rows
+        logits, baseline = logits[STEPS], values[STEPS]
+        rewards = batch["reward"][STEPS]
+        if agent.reward_clip is not None:
+            rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
+        actions = batch["action"][STEPS]
+        targets = vtrace.vtrace_from_logits(
+            behaviour_logits=batch["policy_logits"][STEPS],
+            target_logits=logits,
+            actions=actions,
+            rewards=rewards,
+            terminated=batch["terminated"][STEPS],
+            truncated=batch["truncated"][STEPS],
+            values=baseline,
+            bootstrap_value=values[BOOTSTRAP],
+            truncation_values=batch["truncation_value"][STEPS],
+            discount=agent.discount,
+            rho_bar=agent.rho_bar,
+            c_bar=agent.c_bar,
+        )
+        pg_loss = vtrace.policy_gradient_loss(logits, actions, targets.pg_advantages)
+        value_loss = vtrace.baseline_loss(targets.vs - baseline)
+        entropy_loss = vtrace.entropy_loss(logits)
+        total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.ranks.enabled:
+            self.ranks.average_gradients(self.policy.learner.parameters(), stop)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
+        values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
+        if math.isfinite(values[0]) and math.isfinite(values[-1]):
+            self.optimizer.step()
+        return values
 
     def entropy_cost(self) -> float:
         """The entropy cost of the next update: ``agent.entropy_cost``, times the learning rate's
