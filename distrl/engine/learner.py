@@ -127,10 +127,10 @@ class Learner:
             entropy_cost = self.entropy_cost()
             reported, stepped, finite = None, False, True
             for _ in range(self.agent.num_epochs):
-                values = self._step(batch, entropy_cost, stop)
-                finite = math.isfinite(values[0]) and math.isfinite(values[-1])
+                scalars = self._step(batch, entropy_cost, stop)
+                finite = math.isfinite(scalars[0]) and math.isfinite(scalars[-1])
                 if reported is None or not finite:
-                    reported = values
+                    reported = scalars
                 if not finite:
                     break
                 stepped = True
@@ -177,10 +177,10 @@ class Learner:
         if self.ranks.enabled:
             self.ranks.average_gradients(self.policy.learner.parameters(), stop)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
-        values = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
-        if math.isfinite(values[0]) and math.isfinite(values[-1]):
+        scalars = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
+        if math.isfinite(scalars[0]) and math.isfinite(scalars[-1]):
             self.optimizer.step()
-        return values
+        return scalars
 
     def entropy_cost(self) -> float:
         """The entropy cost of the next update: ``agent.entropy_cost``, times the learning rate's
