@@ -118,23 +118,20 @@ class Learner:
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
-            "finite"}``: the first epoch's losses and gradient norm (the batch against the weights
-            it found), or those of the non-finite epoch, floats; ``learning_rate`` and ``entropy_cost`` those
-            this update used; ``finite`` a bool.
+            "finite"}``: the first epoch's losses and gradient norm (the batch against the
+            weights it found), or those of the non-finite epoch, floats; ``learning_rate`` and
+            ``entropy_cost`` those this update used; ``finite`` a bool.
         """
         with self.lock:
             learning_rate = self.optimizer.param_groups[0]["lr"]
             entropy_cost = self.entropy_cost()
-            reported, stepped, finite = None, False, True
-            for _ in range(self.agent.num_epochs):
-                scalars = self._step(batch, entropy_cost, stop)
-                finite = math.isfinite(scalars[0]) and math.isfinite(scalars[-1])
-                if reported is None or not finite:
+            for epoch in range(self.agent.num_epochs):
+                scalars, finite = self._step(batch, entropy_cost, stop)
+                if epoch == 0 or not finite:
                     reported = scalars
                 if not finite:
                     break
-                stepped = True
-            if stepped:
+            if finite or epoch > 0:  # at least one optimizer step was made
                 self.policy.publish()
             self.scheduler.step()
         names = ("total", "policy", "value", "entropy", "grad_norm")
@@ -142,9 +139,10 @@ class Learner:
                 "entropy_cost": entropy_cost, "finite": finite}
 
     def _step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-              stop: threading.Event | None) -> list[float]:
-        """One optimizer step on ``batch`` (skipped if the loss or the gradient norm is not finite);
-        returns ``[total, policy, value, entropy, grad_norm]``."""
+              stop: threading.Event | None) -> tuple[list[float], bool]:
+        """One optimizer step on ``batch`` (see :meth:`update`), skipped if the loss or the gradient
+        norm is not finite. Returns ``[total, policy, value, entropy, grad_norm]`` (the loss terms
+        averaged over the ``T x B`` steps, the norm before clipping) and whether the step was made."""
         agent = self.agent
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         logits, values, _ = self.network(batch["obs"], batch["first"], core)  # all T+1 rows
@@ -178,9 +176,10 @@ class Learner:
             self.ranks.average_gradients(self.policy.learner.parameters(), stop)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
         scalars = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
-        if math.isfinite(scalars[0]) and math.isfinite(scalars[-1]):
+        finite = math.isfinite(scalars[0]) and math.isfinite(scalars[-1])
+        if finite:
             self.optimizer.step()
-        return scalars
+        return scalars, finite
 
     def entropy_cost(self) -> float:
         """The entropy cost of the next update: ``agent.entropy_cost``, times the learning rate's
