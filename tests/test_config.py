@@ -54,7 +54,7 @@ def test_every_experiment_preset_composes_and_validates(experiment):
 def test_defaults_follow_the_issue_and_the_paper():
     cfg = compose_train([])
     assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
-    assert cfg.num_steps == 5 and cfg.batch_size == 16 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
+    assert cfg.num_steps == 20 and cfg.batch_size == 4 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
     assert cfg.model.encoder == "nature_cnn"
     assert cfg.agent.optimizer == "rmsprop" and cfg.agent.lr == 0.0007 and cfg.agent.eps == 1.25e-7
     assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
