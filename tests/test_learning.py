@@ -87,8 +87,10 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
     rows = out.with_suffix(".csv").read_text().splitlines()
     assert rows[0] == "kind,agent_steps,hours,mean,std,runs"
     evals = [row.split(",") for row in rows[1:] if row.startswith("eval,")]
-    # evaluations start at the schedule's next tick after each 10k agent steps, a few updates late
-    assert [float(e[1]) for e in evals][:3] == pytest.approx([10000, 20000, 30000], abs=1000)
+    # evaluations start at the trainer's first tick (0.25 s) after each 10k agent steps: never
+    # before it, and late by what the learner makes in a tick (up to 1,120 seen on a loaded machine)
+    starts = [float(e[1]) for e in evals][:3]
+    assert all(due <= start < due + 2500 for due, start in zip((10000, 20000, 30000), starts, strict=True))
     assert float(evals[-1][3]) >= 18.0 and out.stat().st_size > 10_000
 
     inspected = subprocess.run([sys.executable, str(REPO / "scripts" / "inspect_checkpoint.py"),
@@ -127,8 +129,8 @@ def test_only_the_lstm_solves_image_cue_memory(use_lstm, tmp_path):
 @pytest.mark.timeout(3600)
 def test_pong_rises_clearly_above_random_play(tmp_path):
     """The shipped defaults on ALE/Pong-v5: after 2M agent steps (about 35 minutes on 2 cores) the
-    last 100 training episodes average above -16; random play scores -20.3. Run D of the defaults
-    had -11.3 over 1.75M-2.0M (docs/learning.md)."""
+    last 100 training episodes average above -16; random play scores -20.3. Runs G2 and T4 of the
+    defaults (T=20, B=4) had +2.1 and +4.1 over 1.75M-2.0M (docs/learning.md)."""
     run_dir = tmp_path / "run"
     done = run_distrl(["train", "train.num_train_steps=2000000", "train.num_eval_episodes=0",
                        f"hydra.run.dir={run_dir}"], timeout=3300)
