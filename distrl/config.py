@@ -64,7 +64,8 @@ class AgentConfig:
     eps: float = MISSING
     momentum: float = MISSING
     entropy_cost: float = MISSING
-    entropy_schedule: str = MISSING  # constant | linear (to 0 over train.num_train_steps, like lr)
+    # constant | linear (to 0 over train.num_train_steps, like lr) | [[agent_steps, cost], ...]
+    entropy_schedule: Any = MISSING
     baseline_cost: float = MISSING
     discount: float = MISSING
     reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
@@ -245,6 +246,22 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _validate_entropy_schedule(schedule: Any) -> None:
+    allowed = (f"{' or '.join(ENTROPY_SCHEDULES)}, or a non-empty list of [agent_steps, cost] points, "
+               f"agent_steps whole numbers >= 0 in non-decreasing order, costs >= 0: "
+               f"e.g. [[2500000,0.01],[3000000,0.002]]")
+    if isinstance(schedule, str):
+        _check(schedule in ENTROPY_SCHEDULES, "agent.entropy_schedule", schedule, allowed)
+        return
+    points = OmegaConf.to_container(schedule) if OmegaConf.is_config(schedule) else schedule
+    ok = isinstance(points, list) and len(points) > 0 and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float) and not isinstance(x, bool)
+                                                    and x >= 0 for x in p) and float(p[0]).is_integer()
+        for p in points)
+    ok = ok and all(a[0] <= b[0] for a, b in zip(points, points[1:]))
+    _check(ok, "agent.entropy_schedule", schedule, allowed)
 
 
 def _positive_int(cfg: DictConfig, key: str) -> None:
@@ -501,8 +518,7 @@ def validate(cfg: DictConfig) -> None:
 
     agent = cfg.agent
     _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
-    _check(agent.entropy_schedule in ENTROPY_SCHEDULES, "agent.entropy_schedule", agent.entropy_schedule,
-           ", ".join(ENTROPY_SCHEDULES))
+    _validate_entropy_schedule(agent.entropy_schedule)
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
     _positive_int(cfg, "agent.num_epochs")
