@@ -118,6 +118,12 @@ BAD = [
     (["agent.lr=0"], "agent.lr"),
     (["agent.optimizer=sgd"], "agent.optimizer"),
     (["agent.num_epochs=0"], "agent.num_epochs"),
+    (["agent.entropy_schedule=cosine"], "agent.entropy_schedule"),
+    (["agent.entropy_schedule=[]"], "agent.entropy_schedule"),
+    (["agent.entropy_schedule=[[3000000,0.01],[2000000,0.002]]"], "agent.entropy_schedule"),  # steps go back
+    (["agent.entropy_schedule=[[3000000,-0.01]]"], "agent.entropy_schedule"),
+    (["agent.entropy_schedule=[[2500.5,0.01]]"], "agent.entropy_schedule"),
+    (["agent.entropy_schedule=[[3000000]]"], "agent.entropy_schedule"),
     (["env=image_cue", "model=mlp"], "model.encoder"),
     (["experiment=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),

@@ -140,3 +140,19 @@ def test_linear_entropy_schedule_decays_with_the_learning_rate(tmp_path):
     for cost, rate in zip(costs, rates, strict=True):
         assert cost / agent["entropy_cost"] == pytest.approx(rate / agent["lr"], rel=1e-4)
     assert costs == sorted(costs, reverse=True) and costs[-1] < 0.3 * agent["entropy_cost"] < costs[0]
+
+
+def test_an_entropy_schedule_of_points_holds_then_falls_to_the_last_cost(tmp_path):
+    """``agent.entropy_schedule=[[2000,0.001],[4000,0.0001]]``: the preset's cost (0.001) up to 2k
+    agent steps, a linear fall to 0.0001 by 4k, then 0.0001 to the end, as TensorBoard logs it."""
+    run_dir = tmp_path / "run"
+    done = run_distrl(["train", *TINY_CARTPOLE, "agent.entropy_schedule=[[2000,0.001],[4000,0.0001]]",
+                       "train.num_train_steps=6000", "train.num_eval_episodes=0", f"hydra.run.dir={run_dir}"],
+                      timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["config"]["agent"]["entropy_cost"] == 0.001
+    logged = [(e.step, e.value) for e in scalars(run_dir).Scalars("charts/entropy_cost")]
+    costs = [cost for _, cost in logged]
+    assert costs == sorted(costs, reverse=True), logged
+    assert all(cost == pytest.approx(0.001) for step, cost in logged if step <= 2000), logged
+    assert costs[-1] == pytest.approx(0.0001) and any(0.0001 < cost < 0.001 for cost in costs), logged
