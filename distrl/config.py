@@ -260,7 +260,7 @@ def _validate_entropy_schedule(schedule: Any) -> None:
         isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float) and not isinstance(x, bool)
                                                     and x >= 0 for x in p) and float(p[0]).is_integer()
         for p in points)
-    ok = ok and all(a[0] <= b[0] for a, b in zip(points, points[1:]))
+    ok = ok and all(a[0] <= b[0] for a, b in zip(points[:-1], points[1:], strict=True))
     _check(ok, "agent.entropy_schedule", schedule, allowed)
 
 

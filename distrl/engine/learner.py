@@ -8,7 +8,8 @@ averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
 ``[-reward_clip, reward_clip]`` in the loss only. The learning rate warms up
 linearly over ``lr_warmup_steps`` and decays linearly to 0 over ``num_train_steps``
 agent steps, ``T x B`` per update; the entropy cost decays with it under
-``entropy_schedule: linear``, or follows a list of points (:func:`scheduled_entropy_cost`). An update makes ``num_epochs`` optimizer steps on its batch.
+``entropy_schedule: linear`` or follows a list of points (:func:`scheduled_entropy_cost`).
+An update makes ``num_epochs`` optimizer steps on its batch.
 """
 
 from __future__ import annotations
