@@ -64,7 +64,7 @@ class AgentConfig:
     eps: float = MISSING
     momentum: float = MISSING
     entropy_cost: float = MISSING
-    # constant | linear (to 0 over train.num_train_steps, like lr) | [[agent_steps, cost], ...]
+    # constant | linear (to 0 over train.num_train_steps, like lr) | [[agent_steps, factor], ...]
     entropy_schedule: Any = MISSING
     baseline_cost: float = MISSING
     discount: float = MISSING
@@ -249,9 +249,9 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 
 def _validate_entropy_schedule(schedule: Any) -> None:
-    allowed = (f"{' or '.join(ENTROPY_SCHEDULES)}, or a non-empty list of [agent_steps, cost] points, "
-               f"agent_steps whole numbers >= 0 in non-decreasing order, costs >= 0: "
-               f"e.g. [[2500000,0.01],[3000000,0.002]]")
+    allowed = (f"{' or '.join(ENTROPY_SCHEDULES)}, or a non-empty list of [agent_steps, factor] points, "
+               f"agent_steps whole numbers >= 0 in non-decreasing order, factors on agent.entropy_cost >= 0: "
+               f"e.g. [[2500000,1.0],[3000000,0.2]]")
     if isinstance(schedule, str):
         _check(schedule in ENTROPY_SCHEDULES, "agent.entropy_schedule", schedule, allowed)
         return

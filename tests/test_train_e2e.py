@@ -142,11 +142,11 @@ def test_linear_entropy_schedule_decays_with_the_learning_rate(tmp_path):
     assert costs == sorted(costs, reverse=True) and costs[-1] < 0.3 * agent["entropy_cost"] < costs[0]
 
 
-def test_an_entropy_schedule_of_points_holds_then_falls_to_the_last_cost(tmp_path):
-    """``agent.entropy_schedule=[[2000,0.001],[4000,0.0001]]``: the preset's cost (0.001) up to 2k
-    agent steps, a linear fall to 0.0001 by 4k, then 0.0001 to the end, as TensorBoard logs it."""
+def test_an_entropy_schedule_of_points_holds_then_falls_to_the_last_factor(tmp_path):
+    """``agent.entropy_schedule=[[2000,1.0],[4000,0.1]]``: the preset's cost (0.001) up to 2k agent
+    steps, a linear fall to a tenth of it by 4k, then 0.0001 to the end, as TensorBoard logs it."""
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", *TINY_CARTPOLE, "agent.entropy_schedule=[[2000,0.001],[4000,0.0001]]",
+    done = run_distrl(["train", *TINY_CARTPOLE, "agent.entropy_schedule=[[2000,1.0],[4000,0.1]]",
                        "train.num_train_steps=6000", "train.num_eval_episodes=0", f"hydra.run.dir={run_dir}"],
                       timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]

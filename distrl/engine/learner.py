@@ -8,7 +8,7 @@ averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
 ``[-reward_clip, reward_clip]`` in the loss only. The learning rate warms up
 linearly over ``lr_warmup_steps`` and decays linearly to 0 over ``num_train_steps``
 agent steps, ``T x B`` per update; the entropy cost decays with it under
-``entropy_schedule: linear`` or follows a list of points (:func:`scheduled_entropy_cost`).
+``entropy_schedule: linear`` or follows a list of points (:func:`entropy_factor`).
 An update makes ``num_epochs`` optimizer steps on its batch.
 """
 
@@ -75,19 +75,20 @@ def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def scheduled_entropy_cost(start: float, points, agent_steps: int) -> float:
-    """The entropy cost at ``agent_steps`` under a list of ``[agent_steps, cost]`` points
-    (``agent.entropy_schedule``, validated by :mod:`distrl.config`): ``start``
-    (``agent.entropy_cost``) until the first point, linear between consecutive points, the last
-    point's cost after it; where two points share a step the cost jumps there. So
-    ``[[2500000, 0.01], [3000000, 0.002]]`` with ``start=0.01`` holds 0.01 to 2.5M agent steps and
-    falls to 0.002 by 3M; ``[[3000000, 0.01], [3000000, 0.002]]`` is a step at 3M. Piecewise
-    linear like RLlib's ``entropy_coeff_schedule``."""
-    x, y = 0.0, float(start)
-    for step, cost in points:
+def entropy_factor(points, agent_steps: int) -> float:
+    """The factor on ``agent.entropy_cost`` at ``agent_steps`` under a list of
+    ``[agent_steps, factor]`` points (``agent.entropy_schedule``, validated by
+    :mod:`distrl.config`): 1 until the first point, linear between consecutive points, the last
+    point's factor after it; where two points share a step the factor jumps there. So
+    ``[[2500000, 1.0], [3000000, 0.2]]`` holds the entropy cost to 2.5M agent steps and brings it
+    to a fifth by 3M; ``[[3000000, 1.0], [3000000, 0.2]]`` is a step at 3M. A factor rather
+    than a cost, so that ``agent.entropy_cost`` stays the knob to sweep; piecewise linear like
+    RLlib's ``entropy_coeff_schedule`` (which gives costs)."""
+    x, y = 0.0, 1.0
+    for step, factor in points:
         if agent_steps < step:
-            return y + (cost - y) * (agent_steps - x) / (step - x)
-        x, y = float(step), float(cost)
+            return y + (factor - y) * (agent_steps - x) / (step - x)
+        x, y = float(step), float(factor)
     return y
 
 
@@ -203,7 +204,7 @@ class Learner:
         """The entropy cost of the next update: ``agent.entropy_cost`` with ``entropy_schedule:
         constant``; times the learning rate's decay factor (1 at the start, 0 at
         ``num_train_steps``; no warm-up) with ``linear``; with a list of points,
-        :func:`scheduled_entropy_cost` at the agent steps consumed so far."""
+        times :func:`entropy_factor` at the agent steps consumed so far."""
         schedule = self.agent.entropy_schedule
         factor = self.scheduler.lr_lambdas[0]
         updates = self.scheduler.last_epoch
@@ -211,7 +212,7 @@ class Learner:
             return self.agent.entropy_cost
         if schedule == "linear":
             return self.agent.entropy_cost * factor.decay(updates)
-        return scheduled_entropy_cost(self.agent.entropy_cost, schedule, updates * factor.steps_per_update)
+        return self.agent.entropy_cost * entropy_factor(schedule, updates * factor.steps_per_update)
 
 
 @dataclass
