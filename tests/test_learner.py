@@ -107,6 +107,20 @@ def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
     assert rates == pytest.approx(expected)
 
 
+def test_a_schedule_of_points_holds_the_entropy_cost_then_ramps_it_to_the_last_factor():
+    """``[[2TB, 1.0], [6TB, 0.2]]``: the update at k x T x B agent steps uses ``entropy_cost`` times
+    1 up to 2 updates in, then 0.8, 0.6, 0.4, then 0.2 for good."""
+    cfg = compose_train(["experiment=cartpole", f"agent.entropy_schedule=[[{2 * T * B},1.0],[{6 * T * B},0.2]]"])
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
+    policy.freeze()
+    optimizer = make_optimizer(policy, cfg.agent)
+    learner = Learner(policy, optimizer, make_scheduler(optimizer, T * B, 100 * T * B), cfg.agent,
+                      torch.device("cpu"))
+    costs = [learner.update(on_policy_batch(policy, seed))["entropy_cost"] for seed in range(9)]
+    factors = [1.0, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2]
+    assert costs == pytest.approx([cfg.agent.entropy_cost * f for f in factors])
+
+
 def test_epochs_are_optimizer_steps_on_the_same_batch_with_one_schedule_step():
     """``agent.num_epochs=2``: the weights after one update are those after two one-epoch updates
     on the same batch; the first epoch's losses are reported, the actors get the weights once and
