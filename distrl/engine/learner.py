@@ -19,6 +19,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -75,7 +76,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def entropy_factor(points, agent_steps: int) -> float:
+def entropy_factor(points: Sequence[Sequence[float]], agent_steps: int) -> float:
     """The factor on ``agent.entropy_cost`` at ``agent_steps`` under a list of
     ``[agent_steps, factor]`` points (``agent.entropy_schedule``, validated by
     :mod:`distrl.config`): 1 until the first point, linear between consecutive points, the last
