@@ -207,13 +207,13 @@ class Learner:
         ``num_train_steps``; no warm-up) with ``linear``; with a list of points,
         times :func:`entropy_factor` at the agent steps consumed so far."""
         schedule = self.agent.entropy_schedule
-        factor = self.scheduler.lr_lambdas[0]
+        lr_factor = self.scheduler.lr_lambdas[0]  # make_scheduler's: carries .decay and .steps_per_update
         updates = self.scheduler.last_epoch
         if schedule == "constant":
             return self.agent.entropy_cost
         if schedule == "linear":
-            return self.agent.entropy_cost * factor.decay(updates)
-        return self.agent.entropy_cost * entropy_factor(schedule, updates * factor.steps_per_update)
+            return self.agent.entropy_cost * lr_factor.decay(updates)
+        return self.agent.entropy_cost * entropy_factor(schedule, updates * lr_factor.steps_per_update)
 
 
 @dataclass
