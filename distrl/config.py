@@ -84,6 +84,7 @@ class ModelConfig:
     hidden_dim: int = MISSING
     init_fn: str = MISSING  # orthogonal | xavier_uniform | default
     use_lstm: bool = MISSING
+    last_action_reward: bool = MISSING  # the previous action and reward as inputs beside the features
 
 
 @dataclass

@@ -2,8 +2,11 @@
 
 Encoders: the Nature CNN (Mnih et al. 2015, "Human-level control through
 deep RL", Methods), the IMPALA ResNet (Espeholt et al. 2018, Fig. 3, right)
-and an MLP for flat observations; an optional LSTM core; a policy head
-(logits over the discrete actions) and a baseline head (state value).
+and an MLP for flat observations; optionally the previous action (one-hot) and
+reward (clipped to [-1, 1]) beside the encoder's features (IMPALA's Fig. 3 feeds
+them to its LSTM; monobeast's AtariNet concatenates them with or without one);
+an optional LSTM core; a policy head (logits over the discrete actions) and a
+baseline head (state value).
 
 This module knows nothing of processes: the actor copy lives on the CPU in
 shared memory and is read by actor processes; the learner copy lives on the
@@ -142,9 +145,13 @@ class ActorCritic(nn.Module):
         self.obs_shape = tuple(obs_shape)
         self.num_actions = num_actions
         self.encoder = make_encoder(self.obs_shape, cfg)
-        self.core = nn.LSTM(cfg.feature_dim, cfg.feature_dim) if cfg.use_lstm else None
-        self.policy = nn.Linear(cfg.feature_dim, num_actions)
-        self.baseline = nn.Linear(cfg.feature_dim, 1)
+        # checkpoints written before model.last_action_reward existed have neither input
+        self.last_action_reward = bool(cfg.get("last_action_reward", False))
+        core_in = cfg.feature_dim + (num_actions + 1 if self.last_action_reward else 0)
+        self.core = nn.LSTM(core_in, cfg.feature_dim) if cfg.use_lstm else None
+        head_in = cfg.feature_dim if cfg.use_lstm else core_in
+        self.policy = nn.Linear(head_in, num_actions)
+        self.baseline = nn.Linear(head_in, 1)
         init_weights(self, cfg.init_fn)
         if cfg.init_fn == "orthogonal":
             nn.init.orthogonal_(self.policy.weight, gain=0.01)
@@ -160,21 +167,35 @@ class ActorCritic(nn.Module):
         return tuple(torch.zeros(size, device=self.policy.weight.device) for _ in range(2))
 
     def forward(
-        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = ()
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (),
+        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
         """Policy logits and baseline over an unroll.
 
         Args:
             obs: ``[T, B, *obs_shape]`` (uint8 images or float32 vectors).
             first: ``[T, B] bool``, True where ``obs[t]`` starts a new episode; the
-                LSTM state is zeroed before that step. Unused without LSTM.
+                LSTM state is zeroed before that step, and so are the previous action and reward.
             core_state: LSTM state at ``t = 0`` (``initial_state``), or ``()``.
+            last_action: ``[T, B] int64``, the action taken before ``obs[t]`` (any value where
+                ``first``); needed with ``model.last_action_reward``, else ignored.
+            last_reward: ``[T, B] float32``, the raw reward that action gave; used clipped to [-1, 1].
 
         Returns:
             ``logits [T, B, A] float32``, ``baseline [T, B] float32``, the core state after step T-1.
+
+        Raises:
+            ValueError: ``model.last_action_reward`` is on and ``last_action`` or ``last_reward`` is None.
         """
         T, B = obs.shape[:2]
         features = self.encoder(obs.reshape(T * B, *self.obs_shape))
+        if self.last_action_reward:
+            if last_action is None or last_reward is None:
+                raise ValueError("model.last_action_reward=true: forward needs last_action and last_reward")
+            seen = (~first).reshape(T * B, 1).to(features.dtype)  # nothing came before an episode's start
+            one_hot = F.one_hot(last_action.reshape(T * B), self.num_actions).to(features.dtype)
+            reward = last_reward.reshape(T * B, 1).to(features.dtype).clamp(-1.0, 1.0)
+            features = torch.cat([features, one_hot * seen, reward * seen], dim=1)
         if self.core is not None:
             features = features.view(T, B, -1)
             outputs = []
@@ -190,15 +211,18 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def act(
-        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False,
+        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[dict[str, torch.Tensor], CoreState]:
-        """One step for ``B`` environments: ``obs [B, *obs_shape]``, ``first [B] bool``.
+        """One step for ``B`` environments: ``obs [B, *obs_shape]``, ``first [B] bool`` and, with
+        ``model.last_action_reward``, ``last_action [B] int64`` and ``last_reward [B] float32``.
 
         Returns:
             ``{"action": [B] int64, "policy_logits": [B, A], "baseline": [B]}`` and the new core state.
             Actions are sampled from the policy, or its argmax if ``deterministic``.
         """
-        logits, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state)
+        extra = [None if x is None else x.unsqueeze(0) for x in (last_action, last_reward)]
+        logits, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state, *extra)
         logits, baseline = logits[0], baseline[0]
         if deterministic:
             action = logits.argmax(dim=-1)
@@ -239,16 +263,19 @@ class DistributedActorLearner(nn.Module):
         self.actor.share_memory()
 
     def explore(
-        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = ()
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (),
+        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[dict[str, torch.Tensor], CoreState]:
         """Sample actions with the actor copy (behaviour policy); see :meth:`ActorCritic.act`."""
-        return self.actor.act(obs, first, core_state)
+        return self.actor.act(obs, first, core_state, False, last_action, last_reward)
 
     def forward(
-        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False,
+        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, CoreState]:
-        """Actions ``[B] int64`` of the learner copy (target policy) for ``obs [B, *obs_shape]``."""
-        out, core_state = self.learner.act(obs, first, core_state, deterministic)
+        """Actions ``[B] int64`` of the learner copy (target policy) for ``obs [B, *obs_shape]``
+        (and the previous action and reward, see :meth:`ActorCritic.act`)."""
+        out, core_state = self.learner.act(obs, first, core_state, deterministic, last_action, last_reward)
         return out["action"], core_state
 
     def to(self, device: Any) -> DistributedActorLearner:

@@ -3,8 +3,9 @@
 Runs the real actor loop on real Pong games (in a thread of the test process),
 then checks every filled slot against facts that only hold if the rows line up:
 the frame stack shifts by one frame per step within an episode, ``first`` follows
-the previous step's episode end, the behaviour logits are the model's output on
-that row's observation, and each slot's row 0 repeats its env's previous row T.
+the previous step's episode end, the previous action and reward recorded with a
+row are the previous row's, the behaviour logits are the model's output on that
+row's observation, and each slot's row 0 repeats its env's previous row T.
 """
 
 import os
@@ -71,7 +72,8 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
     ["env.max_episode_steps=30", "env.async_step=true"],
     ["env.max_episode_steps=30", "env.async_step=false"],
     ["env.max_episode_steps=30", "model.use_lstm=true", "model.feature_dim=32"],
-], ids=["async", "synchronous", "lstm"])
+    ["env.max_episode_steps=30", "env.async_step=true", "model.last_action_reward=true"],
+], ids=["async", "synchronous", "lstm", "last_action_reward"])
 def test_slots_hold_contiguous_trajectories(overrides):
     slots, policy = collect(["env=atari", *overrides])
     ends = 0
@@ -83,10 +85,17 @@ def test_slots_hold_contiguous_trajectories(overrides):
             if not first[t + 1]:
                 assert torch.equal(obs[t + 1][:-1], obs[t][1:]), f"frame stack breaks at row {t + 1}"
         ends += int(ended[:-1].sum())
-        # The learner's view: the stored initial LSTM state and `first` flags reproduce the behaviour policy.
+        # The action and reward before each row: the previous row's within an episode, 0 at its start.
+        after = ~first[1:]
+        assert torch.equal(slot["last_action"][1:][after], slot["action"][:-1][after])
+        assert torch.equal(slot["last_reward"][1:][after], slot["reward"][:-1][after])
+        assert (slot["last_action"][first] == 0).all() and (slot["last_reward"][first] == 0).all()
+        # The learner's view: the stored initial LSTM state, `first` flags and previous actions and
+        # rewards reproduce the behaviour policy.
         core = (slot["core_h"].unsqueeze(1), slot["core_c"].unsqueeze(1)) if "core_h" in slot else ()
         with torch.no_grad():
-            logits, baseline, _ = policy.actor(obs.unsqueeze(1), first.unsqueeze(1), core)
+            logits, baseline, _ = policy.actor(obs.unsqueeze(1), first.unsqueeze(1), core,
+                                               slot["last_action"].unsqueeze(1), slot["last_reward"].unsqueeze(1))
         torch.testing.assert_close(slot["policy_logits"], logits[:, 0], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(slot["baseline"], baseline[:, 0], rtol=1e-4, atol=1e-4)
         truncated_rows = slot["truncated"][:-1] & ~slot["terminated"][:-1]

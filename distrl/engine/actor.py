@@ -357,6 +357,10 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     episodes = _Episodes(actor_id, ctx)
     core = model.initial_state(ctx.num_envs)
     core_before = core  # each env's LSTM state before its latest observation
+    # the action each env was sent last, and the action and reward before its current observation
+    sent = torch.zeros(ctx.num_envs, dtype=torch.int64)
+    last_action = torch.zeros(ctx.num_envs, dtype=torch.int64)
+    last_reward = torch.zeros(ctx.num_envs, dtype=torch.float32)
     try:
         ids, obs_np = stepper.reset(ctx.seed)
         first = torch.ones(len(ids), dtype=torch.bool)
@@ -365,12 +369,15 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             ids_t = torch.from_numpy(ids)
             obs = torch.from_numpy(np.asarray(obs_np))
             sub_core = tuple(c[:, ids_t] for c in core)
-            out, new_core = model.act(obs, first, sub_core)
+            prev_action, prev_reward = last_action[ids_t], last_reward[ids_t]
+            out, new_core = model.act(obs, first, sub_core, False, prev_action, prev_reward)
             if core:
                 core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
                 core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
             at = envs.at(ids)
             stage["first"][at] = first
+            stage["last_action"][at] = prev_action
+            stage["last_reward"][at] = prev_reward
             for key in ("action", "policy_logits", "baseline"):
                 stage[key][at] = out[key]
             for i in ids[envs.slot[ids] < 0].tolist():  # each env's first observation
@@ -384,34 +391,44 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
                     envs.start(i, core_before)
                 envs.write_obs(full, obs[at_end])  # row 0 repeats row T
             stepper.send(out["action"].numpy())
+            sent[ids_t] = out["action"]
 
             ids, obs_np, reward, terminated, truncated, info = stepper.recv()
             if (envs.slot[ids] < 0).any():  # with async stepping, the other half's reset observations
                 first = torch.ones(len(ids), dtype=torch.bool)
                 continue
             at = envs.at(ids)
-            stage["reward"][at] = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            ids_t = torch.from_numpy(ids)
+            reward_t = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            stage["reward"][at] = reward_t
             stage["terminated"][at] = torch.from_numpy(terminated)
             stage["truncated"][at] = torch.from_numpy(truncated)
             stage["truncation_value"][at] = 0.0
+            last_action[ids_t] = sent[ids_t]
+            last_reward[ids_t] = reward_t
             if truncated.any():
-                _stage_truncation_values(model, stage, envs, ids[truncated], core, info, truncated)
+                _stage_truncation_values(model, stage, envs, ids[truncated], core, info, truncated,
+                                         last_action, last_reward)
             ended = terminated | truncated
+            first = torch.from_numpy(ended)
+            last_action[ids_t[first]] = 0  # a new episode starts with nothing before it
+            last_reward[ids_t[first]] = 0.0
             episodes.add(ids, reward, ended)
             envs.row[ids] += 1
-            first = torch.from_numpy(ended)
     finally:
         env.close()
 
 
 def _stage_truncation_values(model, stage: dict, envs: _EnvSlots, cut: np.ndarray, core: tuple, info: dict,
-                             truncated: np.ndarray) -> None:
+                             truncated: np.ndarray, last_action: torch.Tensor, last_reward: torch.Tensor) -> None:
     """For envs ``cut`` whose episode hit its time limit: the behaviour baseline of the final
-    observation, which V-trace bootstraps from instead of the next episode's first state."""
+    observation, which V-trace bootstraps from instead of the next episode's first state
+    (``last_action``/``last_reward``: ``[num_envs]``, what came before that observation)."""
     from distrl.envs import final_observations
 
     cut_t = torch.from_numpy(cut)
     final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
     no_reset = torch.zeros(len(cut), dtype=torch.bool)
-    values = model.act(final, no_reset, tuple(c[:, cut_t] for c in core))[0]["baseline"]
+    values = model.act(final, no_reset, tuple(c[:, cut_t] for c in core), False,
+                       last_action[cut_t], last_reward[cut_t])[0]["baseline"]
     stage["truncation_value"][cut_t, torch.from_numpy(envs.row[cut])] = values

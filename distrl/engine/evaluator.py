@@ -70,10 +70,15 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         core = frozen.initial_state(num_envs)
         episode_return = np.zeros(num_envs)
         episode_length = np.zeros(num_envs, dtype=np.int64)
+        last_action = torch.zeros(num_envs, dtype=torch.int64)
+        last_reward = torch.zeros(num_envs, dtype=torch.float32)
         while quota.sum() > 0 and not stop():
             obs_t = torch.from_numpy(np.asarray(obs)).to(device)
-            out, core = frozen.act(obs_t, first.to(device), core, deterministic)
-            obs, reward, terminated, truncated, _ = env.step(out["action"].cpu().numpy())
+            out, core = frozen.act(obs_t, first.to(device), core, deterministic,
+                                   last_action.to(device), last_reward.to(device))
+            last_action = out["action"].cpu()
+            obs, reward, terminated, truncated, _ = env.step(last_action.numpy())
+            last_reward = torch.as_tensor(reward, dtype=torch.float32)
             ended = terminated | truncated
             episode_return += reward
             episode_length += 1
@@ -115,10 +120,15 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
             first = torch.ones(1, dtype=torch.bool)
             writer.append_data(env.render())
             total, length, ended = 0.0, 0, False
+            last_action = torch.zeros(1, dtype=torch.int64)
+            last_reward = torch.zeros(1, dtype=torch.float32)
             while not ended:
                 obs_t = torch.from_numpy(np.asarray(obs)).unsqueeze(0).to(device)
-                out, core = frozen.act(obs_t, first.to(device), core, deterministic)
-                obs, reward, terminated, truncated, _ = env.step(int(out["action"][0]))
+                out, core = frozen.act(obs_t, first.to(device), core, deterministic,
+                                       last_action.to(device), last_reward.to(device))
+                last_action = out["action"].cpu()
+                obs, reward, terminated, truncated, _ = env.step(int(last_action[0]))
+                last_reward = torch.tensor([float(reward)])
                 writer.append_data(env.render())
                 total += float(reward)
                 length += 1

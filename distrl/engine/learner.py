@@ -165,7 +165,8 @@ class Learner:
         averaged over the ``T x B`` steps, the norm before clipping) and whether the step was made."""
         agent = self.agent
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
-        logits, values, _ = self.network(batch["obs"], batch["first"], core)  # all T+1 rows
+        logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
+                                         batch.get("last_action"), batch.get("last_reward"))
         logits, baseline = logits[STEPS], values[STEPS]
         rewards = batch["reward"][STEPS]
         if agent.reward_clip is not None:

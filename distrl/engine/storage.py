@@ -5,8 +5,9 @@ A slot holds one environment's unroll of ``T`` steps in ``T + 1`` rows. The row 
 learner, which reads them:
 
 - ``ACTED_KEYS``, row ``t`` for ``t`` in ``0..T``: ``obs_t``, whether it starts an episode
-  (``first``), and the behaviour policy's output at ``obs_t`` (``action``, ``policy_logits``,
-  ``baseline``). Row 0 repeats the previous slot's row T, so a slot is a self-contained
+  (``first``), the action taken before ``obs_t`` and the raw reward it gave (``last_action``,
+  ``last_reward``; 0 where ``first``), and the behaviour policy's output at ``obs_t``
+  (``action``, ``policy_logits``, ``baseline``). Row 0 repeats the previous slot's row T, so a slot is a self-contained
   unroll with its bootstrap observation in row T.
 - ``STEPPED_KEYS``, row ``t`` for ``t`` in ``0..T-1``: what stepping the env with ``action_t``
   gave: ``reward``, ``terminated``, ``truncated`` and, on truncation, the behaviour baseline of
@@ -40,7 +41,7 @@ from distrl.engine.pipes import IndexQueue
 
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
-ACTED_KEYS = ("obs", "first", "action", "policy_logits", "baseline")
+ACTED_KEYS = ("obs", "first", "last_action", "last_reward", "action", "policy_logits", "baseline")
 STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value")
 SLOT_KEYS = ("policy_version", "core_h", "core_c")
 
@@ -84,6 +85,8 @@ class RolloutLayout:
         specs: Specs = {
             "obs": ((T1, *self.obs_shape), self.obs_dtype),
             "first": ((T1,), torch.bool),
+            "last_action": ((T1,), torch.int64),
+            "last_reward": ((T1,), torch.float32),
             "action": ((T1,), torch.int64),
             "policy_logits": ((T1, self.num_actions), torch.float32),
             "baseline": ((T1,), torch.float32),
