@@ -1,5 +1,6 @@
 """The seed API of DistributedActorLearner: summary, explore, freeze, forward, to, save, load."""
 
+import pytest
 import torch
 from conftest import compose_train
 
@@ -54,3 +55,20 @@ def test_every_encoder_runs_an_unroll():
         assert logits.shape == (5, 2, 6) and baseline.shape == (5, 2)
         (logits.sum() + baseline.sum()).backward()
         assert all(p.grad is not None for p in policy.learner.parameters())
+
+
+def test_the_previous_action_and_reward_count_within_an_episode_only():
+    cfg = compose_train(["env=atari", "model.last_action_reward=true"])
+    net = DistributedActorLearner((4, 84, 84), 6, cfg.model).learner
+    obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    first = torch.tensor([[True, True, True], [False, False, False]])
+    with pytest.raises(ValueError, match="last_action"):
+        net(obs, first)
+    with torch.no_grad():
+        a = net(obs, first, (), torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3))[:2]
+        b = net(obs, first, (), torch.full((2, 3), 5), torch.full((2, 3), 3.0))[:2]
+        c = net(obs, first, (), torch.full((2, 3), 5), torch.full((2, 3), 1.0))[:2]
+    for x, y, z in zip(a, b, c, strict=True):
+        assert torch.equal(x[0], y[0])  # an episode's first step: nothing came before it
+        assert not torch.allclose(x[1], y[1])  # later steps see the previous action and reward
+        assert torch.equal(y[1], z[1])  # the reward is clipped to [-1, 1]

@@ -54,8 +54,9 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
     # the fewest slots validation accepts (2 x 2 envs + 4 x 2), async stepping and two learners: no hang
     TINY_PONG + ["env.async_step=true", "num_learners=2", "num_storages=12", "train.num_train_steps=800"],
     TINY_CARTPOLE + ["num_learners=2", "num_storages=12"],  # issue #9 saw 128 steps, then a hang, with 5
+    TINY_PONG + ["model.last_action_reward=true", "env.async_step=true", "train.num_train_steps=800"],
 ], ids=["pong", "cartpole", "cartpole-lstm", "cartpole-time-limit", "pong-gymnasium-backend", "pong-impala-resnet",
-        "cartpole-compiled", "pong-fewest-slots", "cartpole-two-learners-fewest-slots"])
+        "cartpole-compiled", "pong-fewest-slots", "cartpole-two-learners-fewest-slots", "pong-last-action-reward"])
 def test_train_end_to_end(overrides, tmp_path):
     run_dir = tmp_path / "run"
     done = run_distrl(["train", *overrides, f"hydra.run.dir={run_dir}"], timeout=240)
