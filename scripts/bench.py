@@ -92,9 +92,10 @@ def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: di
         obs = torch.randn(batch, *obs_shape)
     first = torch.zeros(batch, dtype=torch.bool)
     core = model.initial_state(batch)
+    last_action, last_reward = torch.zeros(batch, dtype=torch.int64), torch.zeros(batch)
 
     def step() -> int:
-        model.act(obs, first, core)
+        model.act(obs, first, core, False, last_action, last_reward)
         return batch
 
     out.put(_rate(step, warmup, seconds))

@@ -130,13 +130,16 @@ def main() -> None:
         obs, _ = env.reset(seed=args.seed)
         frames, logits = [], []
         core, first = model.initial_state(8), torch.ones(8, dtype=torch.bool)
+        last_action, last_reward = torch.zeros(8, dtype=torch.int64), torch.zeros(8)
         for _ in range(args.steps):
             frames.append(np.asarray(obs).copy())
-            out, core = model.act(torch.from_numpy(frames[-1]), first, core)
+            out, core = model.act(torch.from_numpy(frames[-1]), first, core, False, last_action, last_reward)
             logits.append(out["policy_logits"])
             actions = out["action"].numpy() if args.actions == "policy" else rng.integers(0, state["num_actions"], 8)
-            obs, _, terminated, truncated, _ = env.step(actions)
+            obs, reward, terminated, truncated, _ = env.step(actions)
             first = torch.from_numpy(np.logical_or(terminated, truncated))
+            last_action = torch.as_tensor(actions, dtype=torch.int64)
+            last_reward = torch.as_tensor(reward, dtype=torch.float32)
     finally:
         env.close()
     obs = torch.from_numpy(np.concatenate(frames))
