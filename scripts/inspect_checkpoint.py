@@ -69,9 +69,12 @@ def value_weight_sign(model: ActorCritic, obs: torch.Tensor) -> dict:
     """
     with torch.no_grad():
         features = model.encoder(obs)  # [N, feature_dim]
-        value = model.baseline(features).mean().item()
+        # the head's columns for the encoder's features (with model.last_action_reward the previous
+        # action and reward follow them; the value here is the one at an episode's start)
+        weight = model.baseline.weight[:, :features.shape[1]]
+        value = (features @ weight.T + model.baseline.bias).mean().item()
     dead = features.amax(0) <= 0
-    positive = model.baseline.weight.flatten() > 0
+    positive = weight.flatten() > 0
     share = {name: round(positive[mask].float().mean().item(), 3) if mask.any() else None
              for name, mask in (("dead", dead), ("live", ~dead))}
     return {"features": "encoder output", "dead": int(dead.sum()), "of": dead.numel(),

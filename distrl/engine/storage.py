@@ -7,8 +7,8 @@ learner, which reads them:
 - ``ACTED_KEYS``, row ``t`` for ``t`` in ``0..T``: ``obs_t``, whether it starts an episode
   (``first``), the action taken before ``obs_t`` and the raw reward it gave (``last_action``,
   ``last_reward``; 0 where ``first``), and the behaviour policy's output at ``obs_t``
-  (``action``, ``policy_logits``, ``baseline``). Row 0 repeats the previous slot's row T, so a slot is a self-contained
-  unroll with its bootstrap observation in row T.
+  (``action``, ``policy_logits``, ``baseline``). Row 0 repeats the previous slot's row T, so a
+  slot is a self-contained unroll with its bootstrap observation in row T.
 - ``STEPPED_KEYS``, row ``t`` for ``t`` in ``0..T-1``: what stepping the env with ``action_t``
   gave: ``reward``, ``terminated``, ``truncated`` and, on truncation, the behaviour baseline of
   the episode's final observation (``truncation_value``). Row T of these keys is unused: the
