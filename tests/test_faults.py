@@ -81,8 +81,10 @@ def test_an_env_that_always_fails_stops_after_the_restart_budget(tmp_path):
 
 def test_a_hung_env_trips_the_stall_watchdog(tmp_path):
     run_dir = tmp_path / "run"
-    done, last = _failing_run("HangsAfterSteps-v0", run_dir, "train.stall_timeout=4")
-    assert "stalled: no agent step consumed for" in last and "train.stall_timeout=4" in last, done.stderr[-3000:]
+    # the watchdog's clock starts before the actors are up: 10 s leaves a slow, busy machine time to
+    # spawn them and take its first steps (4 s did not on a 2-core EPYC beside a training run)
+    done, last = _failing_run("HangsAfterSteps-v0", run_dir, "train.stall_timeout=10")
+    assert "stalled: no agent step consumed for" in last and "train.stall_timeout=10" in last, done.stderr[-3000:]
     log = (run_dir / "train.log").read_text()
     assert "actor 0 (pid" in log and "last step" in log and "free" in log
     assert "distrl-learner-0: alive, waiting for full slots" in log
