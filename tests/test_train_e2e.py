@@ -38,6 +38,13 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all({"agent_steps", "frames", "time"} <= set(r) for r in records)
+    # where the learner's time went, per update: every update computes and publishes, so those take time
+    timed = [r for r in records if "perf/learner_step_ms" in r]
+    assert timed
+    for r in timed:
+        ms = {name: r[f"perf/learner_{name}_ms"] for name in ("wait", "gather", "step", "publish")}
+        assert all(value >= 0 for value in ms.values()) and ms["step"] > 0 and ms["publish"] > 0, ms
+    assert {"perf/learner_wait_ms", "perf/learner_step_ms"} <= tags
     # SPS is the agent steps between two log lines over the seconds between them
     logged = [r for r in records if "charts/SPS" in r]
     assert logged  # (a short, fast run may log once: its first tick can already be past the budget)

@@ -138,9 +138,10 @@ class Learner:
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
-            "finite"}``: the first epoch's losses and gradient norm (the batch against the
-            weights it found), or those of the non-finite epoch, floats; ``learning_rate`` and
-            ``entropy_cost`` those this update used; ``finite`` a bool.
+            "finite", "publish_seconds"}``: the first epoch's losses and gradient norm (the batch
+            against the weights it found), or those of the non-finite epoch, floats;
+            ``learning_rate`` and ``entropy_cost`` those this update used; ``finite`` a bool;
+            ``publish_seconds`` the wall time of copying the weights to the actors.
         """
         with self.lock:
             learning_rate = self.optimizer.param_groups[0]["lr"]
@@ -151,12 +152,14 @@ class Learner:
                     reported = scalars
                 if not finite:
                     break
+            publish_start = time.perf_counter()
             if finite or epoch > 0:  # at least one optimizer step was made
                 self.policy.publish()
+            publish_seconds = time.perf_counter() - publish_start
             self.scheduler.step()
         names = ("total", "policy", "value", "entropy", "grad_norm")
         return {**dict(zip(names, reported, strict=True)), "learning_rate": learning_rate,
-                "entropy_cost": entropy_cost, "finite": finite}
+                "entropy_cost": entropy_cost, "finite": finite, "publish_seconds": publish_seconds}
 
     def _step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
               stop: threading.Event | None) -> tuple[list[float], bool]:
@@ -224,7 +227,11 @@ class LearnerStats:
     ``agent_steps``: agent steps consumed (``T x B`` per update); ``updates``: learner updates
     (the skipped non-finite ones included, so that the learning rate follows the agent steps);
     ``policy_lag``: learner updates between acting and learning, mean over the last batch;
-    ``last``: the last update's losses (:meth:`Learner.update`) and ``update_seconds``;
+    ``last``: the last update's losses (:meth:`Learner.update`);
+    ``seconds``: wall time the learner threads spent, summed over threads and updates, in
+    ``wait`` (for full slots: the actors are behind), ``gather`` (copying B slots into a batch on
+    the learner's device), ``step`` (the optimizer steps: forward, V-trace, backward, clip, step)
+    and ``publish`` (the new weights to the actors);
     ``nonfinite_updates``: updates skipped for a non-finite loss or gradient;
     ``activity``: per learner thread name, what it is doing (for the stall report).
     """
@@ -232,6 +239,7 @@ class LearnerStats:
     agent_steps: int = 0
     updates: int = 0
     last: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=lambda: dict.fromkeys(("wait", "gather", "step", "publish"), 0.0))
     policy_lag: float = 0.0
     nonfinite_updates: int = 0
     activity: dict = field(default_factory=dict)
@@ -272,6 +280,7 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
                     with learner.lock:
                         ranks.check_identical(list(learner.policy.learner.parameters()), stop)
                 return
+            wait_start = time.perf_counter()
             while len(held) < batch_size and not stop.is_set():
                 stats.activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
                 try:
@@ -281,6 +290,7 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
             if stop.is_set():
                 return
             stats.activity[name] = "updating"
+            gather_start = time.perf_counter()
             batch = storage.gather(held, learner.device)
             for index in held:
                 storage.free_queue.put(index)
@@ -295,7 +305,13 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
                     stats.agent_steps += steps_per_update
                     policy_version.value = stats.updates
                     stats.policy_lag = lag
-                    stats.last = {**losses, "update_seconds": time.perf_counter() - start}
+                    publish_seconds = losses.pop("publish_seconds")
+                    stats.last = losses
+                    seconds = stats.seconds
+                    seconds["wait"] += gather_start - wait_start
+                    seconds["gather"] += start - gather_start
+                    seconds["step"] += time.perf_counter() - start - publish_seconds
+                    seconds["publish"] += publish_seconds
             if ranks.enabled:
                 if stats.updates % exchange_interval == 0:
                     ranks.exchange_episodes(stop)

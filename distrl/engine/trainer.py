@@ -323,6 +323,7 @@ class DistributedTrainer:
         recent_returns: deque[float] = deque(maxlen=100)
         logs = Every(train.log_interval, self.stats.agent_steps)
         last_log = (time.perf_counter(), self.stats.agent_steps)
+        self._timing_at = self._learner_timing()
         meter = Throughput(self.stats.agent_steps)
         eval_future: Future | None = None
         eval_step = 0
@@ -394,11 +395,22 @@ class DistributedTrainer:
             scalars["charts/entropy_cost"] = last["entropy_cost"]
             for name in ("total", "policy", "value", "entropy", "grad_norm"):
                 scalars[f"losses/{name}"] = last[name]
+        timing = self._learner_timing()
+        (updates_before, before), (updates, now) = self._timing_at, timing
+        if updates > updates_before:  # mean milliseconds per update over the log interval
+            for name, seconds in now.items():
+                scalars[f"perf/learner_{name}_ms"] = 1000 * (seconds - before[name]) / (updates - updates_before)
+        self._timing_at = timing
         self.telemetry.log(scalars, steps)
         mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
         log.info("steps=%d frames=%d SPS=%.0f return(mean of last %d)=%s loss=%s lag=%.1f", steps,
                  steps * self.spec.frameskip, sps, len(recent_returns), mean_return,
                  f"{last['total']:.3f}" if last else "n/a", self.stats.policy_lag)
+
+    def _learner_timing(self) -> tuple[int, dict[str, float]]:
+        """``(updates, LearnerStats.seconds)`` of this moment, for the ``perf/learner_*_ms`` scalars."""
+        with self.stats.lock:
+            return self.stats.updates, dict(self.stats.seconds)
 
     def _start_eval(self, step: int) -> Future:
         return self.eval_pool.submit(self._evaluate, self.checkpoint_state(), step)
