@@ -323,7 +323,7 @@ class DistributedTrainer:
         recent_returns: deque[float] = deque(maxlen=100)
         logs = Every(train.log_interval, self.stats.agent_steps)
         last_log = (time.perf_counter(), self.stats.agent_steps)
-        self._timing_at = self._learner_timing()
+        learner_time_at = self._learner_time()
         meter = Throughput(self.stats.agent_steps)
         eval_future: Future | None = None
         eval_step = 0
@@ -349,7 +349,8 @@ class DistributedTrainer:
                 now = time.perf_counter()
                 sps = (steps - last_log[1]) / (now - last_log[0])  # over the whole log interval
                 last_log = (now, steps)
-                self._log_training(steps, sps, recent_returns)
+                learner_ms, learner_time_at = self._learner_ms(learner_time_at)
+                self._log_training(steps, sps, learner_ms, recent_returns)
 
             if eval_future is not None and eval_future.done():
                 self._log_eval(eval_future.result(), eval_step)
@@ -385,7 +386,7 @@ class DistributedTrainer:
                       f"steps (train.stall_timeout={self.cfg.train.stall_timeout:g}); train.log says where "
                       f"each actor and learner was")
 
-    def _log_training(self, steps: int, sps: float, recent_returns: deque) -> None:
+    def _log_training(self, steps: int, sps: float, learner_ms: dict[str, float], recent_returns: deque) -> None:
         scalars = {"charts/SPS": sps, "charts/FPS": sps * self.spec.frameskip,
                    "charts/policy_lag": self.stats.policy_lag, "charts/actor_restarts": self.workers.restarts,
                    "losses/nonfinite_updates": self.stats.nonfinite_updates}
@@ -395,22 +396,25 @@ class DistributedTrainer:
             scalars["charts/entropy_cost"] = last["entropy_cost"]
             for name in ("total", "policy", "value", "entropy", "grad_norm"):
                 scalars[f"losses/{name}"] = last[name]
-        timing = self._learner_timing()
-        (updates_before, before), (updates, now) = self._timing_at, timing
-        if updates > updates_before:  # mean milliseconds per update over the log interval
-            for name, seconds in now.items():
-                scalars[f"perf/learner_{name}_ms"] = 1000 * (seconds - before[name]) / (updates - updates_before)
-        self._timing_at = timing
+        scalars.update({f"perf/learner_{name}_ms": ms for name, ms in learner_ms.items()})
         self.telemetry.log(scalars, steps)
         mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
         log.info("steps=%d frames=%d SPS=%.0f return(mean of last %d)=%s loss=%s lag=%.1f", steps,
                  steps * self.spec.frameskip, sps, len(recent_returns), mean_return,
                  f"{last['total']:.3f}" if last else "n/a", self.stats.policy_lag)
 
-    def _learner_timing(self) -> tuple[int, dict[str, float]]:
-        """``(updates, LearnerStats.seconds)`` of this moment, for the ``perf/learner_*_ms`` scalars."""
+    def _learner_time(self) -> tuple[int, dict[str, float]]:
+        """``(updates, LearnerStats.seconds)`` of this moment."""
         with self.stats.lock:
             return self.stats.updates, dict(self.stats.seconds)
+
+    def _learner_ms(self, since: tuple[int, dict[str, float]]) -> tuple[dict[str, float], tuple]:
+        """Milliseconds per update in each of ``LearnerStats.seconds``' parts since the moment
+        ``since`` (from :meth:`_learner_time`; empty if no update ran since), and this moment."""
+        (updates_before, before), (updates, now) = since, self._learner_time()
+        if updates == updates_before:
+            return {}, since
+        return {name: 1000 * (now[name] - before[name]) / (updates - updates_before) for name in now}, (updates, now)
 
     def _start_eval(self, step: int) -> Future:
         return self.eval_pool.submit(self._evaluate, self.checkpoint_state(), step)
