@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test lint bench clean
+.PHONY: help install train test test-long lint bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -23,8 +23,11 @@ install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with d
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)
 
-test: $(STAMP) ## the fast test suite (a few minutes on 2 CPU cores)
+test: $(STAMP) ## the test suite without the long tier (under 3 minutes on 2 CPU cores)
 	$(BIN)/python -m pytest $(ARGS)
+
+test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (CI runs both)
+	$(BIN)/python -m pytest -m long $(ARGS)
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check distrl tests scripts

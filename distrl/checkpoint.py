@@ -4,10 +4,13 @@ A checkpoint is a dict of tensors and plain Python values, so it loads with
 ``torch.load(weights_only=True)`` and never needs unpickling:
 
 ``distrl_version``, ``model`` (learner state_dict), ``optimizer``,
-``scheduler``, ``agent_steps``, ``frames``, ``updates``,
-``last_eval_step``, ``last_save_step``, ``best_eval_return``, ``config``
-(the resolved config as a plain container), ``rng`` (torch, numpy and
-Python RNG states as tensors/lists), ``obs_shape``, ``num_actions``.
+``agent_steps``, ``frames``, ``updates``, ``last_eval_step``,
+``last_save_step``, ``best_eval_return``, ``config`` (the resolved config
+as a plain container), ``rng`` (torch, numpy and Python RNG states as
+tensors/lists), ``obs_shape``, ``num_actions``. The learning rate and the
+entropy cost follow from the agent steps (:mod:`distrl.engine.schedule`), so
+a resumed run restores its position from them alone; checkpoints of earlier
+versions also hold a ``scheduler`` entry, which is not needed.
 
 Layout in a run directory: ``checkpoints/step_<12-digit agent steps>.pt``,
 ``latest.pt`` and ``best.pt``. Every file is written to a temporary name in
@@ -40,17 +43,14 @@ class CheckpointError(RuntimeError):
 
 @dataclass
 class RunState:
-    """Where a run is: the counters a checkpoint stores and a resumed run continues from.
+    """What a run's schedule loop remembers besides the update count: when it last evaluated and
+    saved, and the best evaluation so far.
 
     Attributes:
-        agent_steps: agent steps consumed by the learners (``T x B`` per update).
-        updates: optimizer steps.
         last_eval_step, last_save_step: agent steps at the last evaluation and checkpoint.
         best_eval_return: the best evaluation mean return so far (``-inf`` before the first).
     """
 
-    agent_steps: int = 0
-    updates: int = 0
     last_eval_step: int = 0
     last_save_step: int = 0
     best_eval_return: float = -math.inf
@@ -60,7 +60,7 @@ class RunState:
 
     @classmethod
     def from_checkpoint(cls, state: dict[str, Any]) -> RunState:
-        """The counters of a loaded checkpoint (missing ones at their start values)."""
+        """The values of a loaded checkpoint (missing ones at their start values)."""
         return cls(**{key: state[key] for key in asdict(cls()) if key in state})
 
 

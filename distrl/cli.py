@@ -1,10 +1,9 @@
-"""``distrl {train,eval}``: picks the command and hands the rest of argv to its Hydra main."""
+"""``distrl {train,eval}``: picks the command and hands the rest of argv to its Hydra main; how a
+command ends: one error line and its exit code."""
 
 from __future__ import annotations
 
 import sys
-
-from distrl.hydra_app import Terminated
 
 USAGE = """usage: distrl <command> [key=value ...] [group=option ...] [-m] [--help]
 
@@ -17,14 +16,34 @@ commands:
 GROUPS = ("env", "model", "agent", "experiment")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (e.g. a cluster preemption): the same orderly stop as Ctrl-C, exit code 143."""
+
+
+def fail(command: str, message: str, code: int = 2) -> None:
+    """Print one ``distrl <command>: error: ...`` line and exit with ``code``."""
+    print(f"distrl {command}: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def checked(command: str, cfg, validate):
+    """``validate(cfg)``'s result; a :class:`~distrl.config.ConfigError` ends the command with one
+    line and exit code 2."""
+    from distrl.config import ConfigError
+
+    try:
+        return validate(cfg)
+    except ConfigError as exc:
+        fail(command, str(exc))
+
+
 def command_help(command: str, overrides: list[str]) -> int:
     """Print the config groups a user may choose from and the composed config (with ``overrides``)."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
-    from distrl.config import compose_config
-    from distrl.hydra_app import config_dir
+    from distrl.config import compose_config, config_dir
 
     name = "train" if command == "train" else "eval"
     lines = [f"usage: distrl {command} [key=value ...] [group=option ...] [-m]", ""]

@@ -20,6 +20,7 @@ import datetime
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 import torch
 
 log = logging.getLogger(__name__)
+
+WAIT_SLICE_SECONDS = 0.1
 
 
 class RankMismatch(RuntimeError):
@@ -70,14 +73,22 @@ class Ranks:
 
     # ------------------------------------------------------------------ collectives (learner thread)
     def _wait(self, work, stop) -> None:
+        """Wait for a collective ``work`` in short blocking slices, each ending early when it
+        completes, so that ``stop`` and the timeout are checked without spinning.
+
+        Raises:
+            CollectiveFailed: ``stop`` was set, the other ranks did not answer within ``timeout``
+                seconds, or the collective failed.
+        """
+        completed = threading.Event()
+        work.get_future().add_done_callback(lambda _: completed.set())
         deadline = time.monotonic() + self.timeout
-        while not work.is_completed():
+        while not completed.wait(WAIT_SLICE_SECONDS):
             if stop is not None and stop.is_set():
                 raise CollectiveFailed(f"rank {self.rank}: stopped while waiting for the other ranks")
             if time.monotonic() > deadline:
                 raise CollectiveFailed(f"rank {self.rank}: the other ranks did not answer for {self.timeout:.0f} s "
                                        f"(distributed.timeout): one of them died or stopped")
-            time.sleep(0.0002)
         try:
             work.wait()
         except RuntimeError as exc:
@@ -157,8 +168,8 @@ class Ranks:
 def from_environment(backend: str, timeout: float) -> Ranks:
     """The ranks of this process from ``torchrun``'s environment (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``); with more than one, joins the process group
-    (``backend`` ``auto``: nccl with CUDA, else gloo) and takes this rank's share of the node's cores.
-    Without those variables: one rank, nothing joined."""
+    (``backend`` ``auto``: nccl with CUDA, else gloo). Without those variables: one rank, nothing
+    joined. Call :func:`take_core_share` first (before validation, which sizes the rank's share)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return Ranks(timeout=timeout)
@@ -174,7 +185,6 @@ def from_environment(backend: str, timeout: float) -> Ranks:
     if not dist.is_initialized():
         dist.init_process_group(backend, store=_store(ranks, timeout), rank=ranks.rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout))
-    take_core_share(ranks.local_rank, ranks.local_world_size)
     return ranks
 
 
@@ -191,9 +201,13 @@ def _store(ranks: Ranks, timeout: float):
     return dist.PrefixStore(f"distrl/round{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
-def take_core_share(local_rank: int, local_world_size: int) -> tuple[int, ...]:
+def take_core_share(local_rank: int | None = None, local_world_size: int | None = None) -> tuple[int, ...]:
     """Restrict this process to its contiguous share of the cores it may use (the cpuset split
-    evenly among the node's ranks; every rank gets at least one). Returns the share."""
+    evenly among the node's ranks; every rank gets at least one). Returns the share. The rank and
+    the ranks on this node default to ``torchrun``'s ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     allowed = sorted(os.sched_getaffinity(0))
     per = max(1, len(allowed) // local_world_size)
     start = (local_rank * per) % len(allowed)

@@ -13,8 +13,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.checkpoint import CheckpointError, load_checkpoint
-from distrl.config import ConfigError, register_configs, resolve_device, validate_env, validate_eval
-from distrl.hydra_app import checked, config_dir, fail
+from distrl.cli import checked, fail
+from distrl.config import ConfigError, config_dir, register_configs
+from distrl.host import resolve_device
+from distrl.validation import validate_env, validate_eval
 
 log = logging.getLogger("distrl")
 

@@ -13,8 +13,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distrl.checkpoint import CheckpointError
-from distrl.config import ConfigError, register_configs, validate
-from distrl.hydra_app import Terminated, checked, config_dir, fail
+from distrl.cli import Terminated, checked, fail
+from distrl.config import ConfigError, config_dir, register_configs
 
 log = logging.getLogger("distrl")
 
@@ -27,27 +27,31 @@ def _raise_terminated(signum, frame):
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
 def main(cfg: DictConfig) -> None:
-    """Validate the config, then train one run in Hydra's run directory (as one rank of several
+    """Validate the config (once), then train one run in Hydra's run directory (as one rank of several
     under ``torchrun``; or start ``distributed.nproc_per_node`` ranks here)."""
-    checked("train", cfg, validate)
+    from distrl import distributed, logs
+    from distrl.validation import validate
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of several: sized and validated on its share
+        distributed.take_core_share()
+    validated = checked("train", cfg, validate)
     logging.getLogger("distrl").setLevel(cfg.log_level)
     run_dir = HydraConfig.get().runtime.output_dir
     if cfg.distributed.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         _launch_ranks(cfg, run_dir)
         return
 
-    from distrl import distributed
     from distrl.engine.trainer import ActorFailure, DistributedTrainer, Stalled, TrainingError
 
     ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
     if ranks.enabled:
         own_dir, run_dir = run_dir, distributed.broadcast(ranks, run_dir)  # one run, one directory: rank 0's
         if not ranks.is_main:
-            _console_only(ranks.rank)
+            logs.console_only(ranks.rank)
             if own_dir != run_dir:  # Hydra's ${now} came out another second here
                 _remove_if_only_hydra(own_dir)
     try:
-        trainer = DistributedTrainer(cfg, run_dir, ranks=ranks)
+        trainer = DistributedTrainer(cfg, run_dir, ranks=ranks, validated=validated)
     except (CheckpointError, ConfigError) as exc:
         fail("train", str(exc))
     # A shell that starts a job in the background may leave SIGINT ignored; Ctrl-C and
@@ -86,15 +90,3 @@ def _remove_if_only_hydra(path: str) -> None:
     log_file = os.path.join(path, "train.log")
     if entries <= {".hydra", "train.log"} and (not os.path.exists(log_file) or os.path.getsize(log_file) == 0):
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _console_only(rank: int) -> None:
-    """Ranks other than 0 write nothing into the run directory: warnings and errors on the console."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.FileHandler):
-            root.removeHandler(handler)
-    fmt = logging.Formatter(f"[%(asctime)s][rank {rank}][%(levelname)s] - %(message)s")
-    for handler in root.handlers:
-        handler.setFormatter(fmt)
-    logging.getLogger("distrl").setLevel(logging.WARNING)

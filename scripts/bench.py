@@ -131,7 +131,8 @@ def bench_inference(cfg, spec, args) -> float:
 
 # ---------------------------------------------------------------- S: real actors, null learner
 def bench_sampling(cfg, spec, args) -> float:
-    from distrl.engine.actor import Channels, actor_contexts, run_actor
+    from distrl.engine.actor import actor_contexts, run_actor
+    from distrl.engine.shared import Channels
     from distrl.engine.storage import RolloutLayout, RolloutStorage
     from distrl.policy import DistributedActorLearner
 
@@ -184,7 +185,8 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
 
 
 def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float, out) -> None:
-    from distrl.engine.learner import Learner, make_optimizer, make_scheduler
+    from distrl.engine.learner import Learner, make_optimizer
+    from distrl.engine.schedule import Schedule
     from distrl.engine.storage import RolloutLayout, RolloutStorage
     from distrl.policy import DistributedActorLearner
 
@@ -194,10 +196,11 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     device = placement.device
     policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
     policy.freeze()
-    steps_per_update = cfg.num_steps * cfg.batch_size
+    cfg.train.num_train_steps = 10**12
+    schedule = Schedule.for_run(cfg)
+    steps_per_update = schedule.steps_per_update
     optimizer = make_optimizer(policy, cfg.agent)
-    scheduler = make_scheduler(optimizer, steps_per_update, 10**12)
-    learner = Learner(policy, optimizer, scheduler, cfg.agent, device, compile=compile_model)
+    learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), max(cfg.batch_size, 2), mp.get_context("spawn"))
     buf = storage.buffers
     if spec.obs_dtype == np.uint8:

@@ -15,8 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from distrl.config import register_configs
-from distrl.hydra_app import config_dir
+from distrl.config import config_dir, register_configs
 
 REPO = Path(__file__).resolve().parent.parent
 DISTRL = [sys.executable, "-m", "distrl"]
@@ -31,6 +30,13 @@ TINY_CARTPOLE = [
     "experiment=cartpole", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
     "train.num_train_steps=3000", "train.log_interval=500", "train.num_eval_episodes=2", "learner_threads=1",
 ]
+
+
+# The shared Pong run of the suite (the ``pong_run`` fixture): the previous action and reward as
+# inputs, async stepping, two learners on the fewest slots validation accepts (2 x 2 envs + 4 x 2),
+# an evaluation every 400 agent steps (so a best.pt).
+PONG_RUN = [*TINY_PONG, "model.last_action_reward=true", "env.async_step=true", "num_learners=2", "num_storages=12",
+            "train.num_train_steps=1200", "train.log_interval=300", "train.eval_interval=400"]
 
 
 def compose_train(overrides: list[str]):
@@ -115,5 +121,34 @@ class DistrlProcess:
         return Finished(self.popen.returncode, out, err, set(self.children))
 
 
+@dataclass
+class Run:
+    """A finished ``distrl train``: its run directory, its result and its budget in agent steps."""
+
+    run_dir: Path
+    done: Finished
+    steps: int
+
+
+@pytest.fixture(scope="session")
+def pong_run(tmp_path_factory) -> Run:
+    """One Pong run through the real command (``PONG_RUN``), shared by the tests that read a run
+    directory or a checkpoint: they must not change it (copy it first)."""
+    run_dir = tmp_path_factory.mktemp("pong") / "run"
+    done = run_distrl(["train", *PONG_RUN, f"hydra.run.dir={run_dir}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Run(run_dir, done, 1200)
+
+
 def run_distrl(args: list[str], timeout: float = 240, cwd=None, env=None, launcher=None) -> Finished:
     return DistrlProcess(args, cwd=cwd, env=env, launcher=launcher).finish(timeout)
+
+
+def finish_all(procs: list[DistrlProcess], timeout: float) -> list[Finished]:
+    """Wait for commands started together (their children tracked all the while); their results in order."""
+    deadline = time.monotonic() + timeout
+    while any(p.popen.poll() is None for p in procs) and time.monotonic() < deadline:
+        for p in procs:
+            p.poll_children()
+        time.sleep(0.1)
+    return [p.finish(timeout=max(0.0, deadline - time.monotonic())) for p in procs]

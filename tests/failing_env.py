@@ -58,6 +58,6 @@ class NanRewardsAfterSteps(FailsAfterSteps):
 
 
 gym.register("HangsAfterSteps-v0", entry_point=HangsAfterSteps)
-gym.register("NanRewardsAfterSteps-v0", entry_point=NanRewardsAfterSteps, kwargs={"fail_at": 10000})
+gym.register("NanRewardsAfterSteps-v0", entry_point=NanRewardsAfterSteps, kwargs={"fail_at": 1000})
 gym.register("FailsAfterSteps-v0", entry_point=FailsAfterSteps)
 gym.register("FailsOnCreation-v0", entry_point=FailsOnCreation)

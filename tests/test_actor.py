@@ -18,8 +18,9 @@ import torch
 import torch.multiprocessing as mp
 from conftest import compose_train
 
-from distrl.engine.actor import Channels, act, actor_contexts
+from distrl.engine.actor import act, actor_contexts
 from distrl.engine.placement import plan
+from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutLayout, RolloutStorage
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner

@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 from distrl.checkpoint import load_checkpoint
@@ -15,6 +16,7 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.long
 def test_the_readme_example_trains_tests_and_saves(tmp_path):
     (tmp_path / "example.py").write_text(readme_example())
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -29,8 +31,6 @@ def test_the_readme_example_trains_tests_and_saves(tmp_path):
 
 
 def test_a_bad_value_fails_with_the_commands_message():
-    import pytest
-
     from distrl import compose_config
     from distrl.config import ConfigError
 

@@ -6,16 +6,26 @@ targets are plain n-step returns that can be written out here by hand:
 termination, and the stored ``truncation_value`` after a truncation.
 """
 
+import dataclasses
 import math
 
 import pytest
 import torch
 from conftest import compose_train
 
-from distrl.engine.learner import Learner, make_optimizer, make_scheduler
+from distrl.engine.learner import Learner, make_optimizer
+from distrl.engine.schedule import Schedule
 from distrl.policy import DistributedActorLearner
 
 T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9
+
+
+def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int = T * B) -> Learner:
+    """A learner of ``cfg`` whose updates consume ``steps_per_update`` agent steps of a budget of
+    ``num_train_steps`` (the schedule's constants as the trainer makes them, with other sizes)."""
+    cfg.train.num_train_steps = num_train_steps
+    schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=steps_per_update)
+    return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"))
 
 
 def make():
@@ -23,9 +33,7 @@ def make():
     torch.manual_seed(0)
     policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
-    optimizer = make_optimizer(policy, cfg.agent)
-    learner = Learner(policy, optimizer, make_scheduler(optimizer, T * B, 10**9), cfg.agent, torch.device("cpu"))
-    return learner, policy
+    return learner_for(cfg, policy), policy
 
 
 def on_policy_batch(policy, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -100,8 +108,7 @@ def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
     cfg = compose_train(["experiment=cartpole", f"agent.lr_warmup_steps={W}"])
     policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
-    optimizer = make_optimizer(policy, cfg.agent)
-    learner = Learner(policy, optimizer, make_scheduler(optimizer, T * B, N, W), cfg.agent, torch.device("cpu"))
+    learner = learner_for(cfg, policy, N)
     rates = [learner.update(on_policy_batch(policy, seed))["learning_rate"] for seed in range(20)]
     expected = [cfg.agent.lr * min(1, (k + 1) / 5) * (1 - k / 20) for k in range(20)]
     assert rates == pytest.approx(expected)
@@ -113,9 +120,7 @@ def test_a_schedule_of_points_holds_the_entropy_cost_then_ramps_it_to_the_last_f
     cfg = compose_train(["experiment=cartpole", f"agent.entropy_schedule=[[{2 * T * B},1.0],[{6 * T * B},0.2]]"])
     policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
-    optimizer = make_optimizer(policy, cfg.agent)
-    learner = Learner(policy, optimizer, make_scheduler(optimizer, T * B, 100 * T * B), cfg.agent,
-                      torch.device("cpu"))
+    learner = learner_for(cfg, policy, 100 * T * B)
     costs = [learner.update(on_policy_batch(policy, seed))["entropy_cost"] for seed in range(9)]
     factors = [1.0, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2]
     assert costs == pytest.approx([cfg.agent.entropy_cost * f for f in factors])
@@ -130,9 +135,7 @@ def test_epochs_are_optimizer_steps_on_the_same_batch_with_one_schedule_step():
         torch.manual_seed(0)
         policy = DistributedActorLearner((OBS,), A, cfg.model)
         policy.freeze()
-        optimizer = make_optimizer(policy, cfg.agent)
-        scheduler = make_scheduler(optimizer, T * B, 10 * T * B)  # the lr falls by a tenth an update
-        return Learner(policy, optimizer, scheduler, cfg.agent, torch.device("cpu")), policy
+        return learner_for(cfg, policy, 10 * T * B), policy  # the lr falls by a tenth an update
 
     twice, policy2 = build(2)
     once, policy1 = build(1)
@@ -141,11 +144,10 @@ def test_epochs_are_optimizer_steps_on_the_same_batch_with_one_schedule_step():
     policy2.publish = lambda: published.append(True)
     losses = twice.update(batch)
     assert published == [True]
-    assert twice.optimizer.param_groups[0]["lr"] == pytest.approx(0.9 * losses["learning_rate"])
+    assert twice.updates == 1 and twice.position.learning_rate == pytest.approx(0.9 * losses["learning_rate"])
 
     first = once.update(batch)
-    once.scheduler.last_epoch = 0  # the second step at the first step's learning rate
-    once.optimizer.param_groups[0]["lr"] = first["learning_rate"]
+    once.updates = 0  # the second step at the first step's learning rate
     once.update(batch)
     assert losses["total"] == pytest.approx(first["total"])
     for p2, p1 in zip(policy2.learner.parameters(), policy1.learner.parameters(), strict=True):
@@ -175,9 +177,8 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
         env.close()
     policy = DistributedActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
     policy.freeze()
-    optimizer = make_optimizer(policy, cfg.agent)
-    scheduler = make_scheduler(optimizer, steps * envs, cfg.train.num_train_steps, cfg.agent.lr_warmup_steps)
-    learner = Learner(policy, optimizer, scheduler, cfg.agent, torch.device("cpu"))
+    learner = Learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
+                      torch.device("cpu"))
     obs = torch.stack(frames)  # [T+1, B, 4, 84, 84] uint8
     first = torch.zeros(steps + 1, envs, dtype=torch.bool)
     with torch.no_grad():

@@ -71,6 +71,7 @@ def final_eval(run_dir: Path) -> float:
     return [r for r in records if "eval/mean_return" in r][-1]["eval/mean_return"]
 
 
+@pytest.mark.long
 def test_the_atari_defaults_solve_image_cue(tmp_path):
     """The Atari model and agent defaults, through the real command: at least 90 % of the best
     return (18 of 20) after 50k agent steps (about 1.5 minutes on 2 cores); random play scores 3.3.

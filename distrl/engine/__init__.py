@@ -1,23 +1,36 @@
 """The IMPALA engine: one rollout from env step to gradient, in five files read in order.
 
-1. ``storage.py``  The slot a rollout lives in: ``RolloutLayout`` names each row's keys (what the
-                   actor writes at row t, what the env step gave, what is per slot) and the rows
-                   the learner reads (``STEPS`` = 0..T-1, ``BOOTSTRAP`` = T). Shared-memory
-                   ``RolloutStorage`` with free/full slot-index queues.
-2. ``actor.py``    An actor process steps ``envs_per_actor`` envs (``distrl.envs``) with one
-                   batched forward pass of the shared-memory actor copy of the network
-                   (``distrl.policy``), writes each env's unroll into its own slot, and puts the
-                   slot on the full queue at row T.
-3. ``learner.py``  A learner thread takes B full slots, gathers a ``[T+1, B]`` batch, frees the
-                   slots, runs the network on it, computes the loss and steps the optimizer,
-                   then publishes the weights into the actors' copy (``policy.publish``).
-4. ``../vtrace.py``  V-trace targets and the loss terms (pure tensor functions).
-5. ``../policy.py``  The network, its actor and learner copies, and ``publish``.
+1. ``storage.py``    The slot a rollout lives in: ``RolloutLayout`` names each row's keys (what the
+                     actor writes at row t, what the env step gave, what is per slot) and the rows
+                     the learner reads (``STEPS`` = 0..T-1, ``BOOTSTRAP`` = T); ``RolloutStorage``
+                     holds the slots in shared memory with a free and a full queue of slot indices.
+2. ``actor.py``      ``act``: an actor process steps ``envs_per_actor`` envs, acts on them with one
+                     batched forward pass of the actor copy of the network (``step_policy``), and
+                     its ``SlotWriter`` writes each env's unroll into a slot of its own and puts
+                     the slot on the full queue once it reaches row T.
+3. ``../policy.py``  The network, ``step_policy`` (the one loop step that the actors and the
+                     evaluation share: what the policy saw, the LSTM core, the previous action and
+                     reward), the actor and learner copies and ``publish``.
+4. ``learner.py``    ``run_learner_thread``: ``take_full_slots`` (B of them), ``get_batch`` (one
+                     ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (the loss, an
+                     optimizer step, the weights published to the actors' copy).
+5. ``../vtrace.py``  V-trace targets and the loss terms (pure tensor functions).
 
-Around the data path: ``pipes.py`` is the queues between processes (safe against a process
-killed at any moment); ``placement.py`` resolves the ``auto`` sizes (actors, envs, slots,
-threads, cores); ``supervisor.py`` starts, watches, restarts and stops actors and learner threads;
-``schedule.py`` says when to log, evaluate and save; ``evaluator.py`` plays evaluation
-episodes; ``trainer.py`` (``DistributedTrainer``) builds the run and drives the schedule.
-Data flows one way: config -> trainer -> (storage, actors, learners) -> checkpoints, metrics.
+The env step is one call into ``distrl.envs`` (``VectorStepper``: ale-py's vector env or
+Gymnasium's); a slot index crosses processes through ``shared.py``'s queues. The life of a slot::
+
+    free queue --actor takes it--> actor writes rows 0..T --full queue--> learner takes B of them
+        ^                                                                        |
+        +--------------- learner frees them once the batch is copied out ---------+
+
+(A slot held by an actor that dies goes back to the free queue: ``supervisor.py``.)
+
+Around the data path: ``shared.py`` the queues and numbers shared with the actor processes (safe
+against a process killed at any moment); ``placement.py`` resolves the ``auto`` sizes (actors,
+envs, slots, threads, cores); ``supervisor.py`` starts, watches, restarts and stops the actors and
+learner threads; ``schedule.py`` derives everything from the update count (agent steps, the
+learning rate, the entropy cost) and says when to log, evaluate and save; ``evaluator.py`` plays
+evaluation episodes in the background; ``trainer.py`` (``DistributedTrainer``) builds the run and
+drives the schedule loop. Data flows one way: config -> trainer -> (storage, actors, learners) ->
+checkpoints, metrics.
 """

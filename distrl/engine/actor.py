@@ -1,11 +1,12 @@
-"""The actor process loop.
+"""The actor process: step envs with the behaviour policy and fill rollout slots (step 2 of the five
+files of :mod:`distrl.engine`).
 
-Each actor steps ``envs_per_actor`` environments with one batched forward
-pass of the shared-memory actor model per step and writes each
-environment's unroll into its own storage slot. It uses one torch thread,
-never touches CUDA, ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through
-``stop_event``), exits when its parent is gone, and returns the slots it
-holds to the free queue on the way out.
+Each actor steps ``envs_per_actor`` environments with one batched forward pass of the shared-memory
+actor copy of the network per step (:func:`distrl.policy.step_policy`) and writes each
+environment's unroll into its own storage slot. It uses one torch thread, never touches CUDA,
+ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through ``stop_event``), exits when its
+parent is gone, and returns the slots it holds to the free queue on the way out. Its log records go
+to the trainer through a queue (:mod:`distrl.logs`).
 """
 
 from __future__ import annotations
@@ -22,79 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.engine.pipes import PIPE_BUF, MessageQueue
+from distrl.engine.shared import PIPE_BUF, Channels
 from distrl.engine.storage import ACTED_KEYS, NO_OWNER, STEPPED_KEYS, RolloutStorage
+from distrl.envs import env_seed
+from distrl.policy import AgentState, StepInputs, final_values, step_policy
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
-
-
-class SharedValue:
-    """One number in shared memory, read and written without a lock (an aligned 8-byte word):
-    the stop flag and the policy version. Unlike ``multiprocessing.Value``/``Event`` it has no
-    named semaphore to leave behind or to be held by a killed process."""
-
-    def __init__(self, value: int = 0):
-        self.tensor = torch.tensor([value], dtype=torch.int64).share_memory_()
-
-    @property
-    def value(self) -> int:
-        return int(self.tensor[0])
-
-    @value.setter
-    def value(self, value: int) -> None:
-        self.tensor[0] = value
-
-    def set(self) -> None:
-        self.tensor[0] = 1
-
-    def is_set(self) -> bool:
-        return bool(self.tensor[0])
-
-
-@dataclass
-class Channels:
-    """The shared objects between the trainer and its actors (:mod:`distrl.engine.pipes` queues and
-    shared tensors only, so that a killed process leaves no lock held and nothing in /dev/shm).
-
-    Attributes:
-        free_queue, full_queue: slot index queues (those of the :class:`RolloutStorage`).
-        owner: ``[N] int32``, the actor holding each slot (the storage's ``owner``).
-        episode_queue: finished episodes as ``(actor_id, return, length)``.
-        error_queue: an actor's exception as ``(actor_id, traceback text)``.
-        stop_event: set by the trainer to stop every actor.
-        policy_version: learner updates so far.
-        heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
-    """
-
-    free_queue: Any
-    full_queue: Any
-    owner: torch.Tensor
-    episode_queue: MessageQueue
-    error_queue: MessageQueue
-    stop_event: SharedValue
-    policy_version: SharedValue
-    heartbeat: torch.Tensor
-
-    @classmethod
-    def create(cls, storage: RolloutStorage, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
-        return cls(storage.free_queue, storage.full_queue, storage.owner, MessageQueue(mp_context),
-                   MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
-                   torch.zeros(num_actors, dtype=torch.float64).share_memory_())
-
-    def close(self) -> None:
-        """Close this process's ends of the message queues (the slot queues belong to the storage)."""
-        self.episode_queue.close()
-        self.error_queue.close()
-
-
-def env_seed(run_seed: int, actor_id: int, envs_per_actor: int, restart: int = 0, num_actors: int = 1) -> int:
-    """Seed of an actor's first environment; its others take the next ones, so no two envs of a
-    run share a seed (and evaluation seeds, :func:`distrl.engine.evaluator.eval_seed`, lie apart).
-    The ``restart``-th restart of an actor seeds as if it were actor ``actor_id + restart x
-    num_actors``: fresh seeds, none shared with another actor."""
-    return run_seed * 100_003 + (actor_id + restart * num_actors) * envs_per_actor
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
 @dataclass
@@ -106,14 +43,12 @@ class ActorContext:
             (:class:`distrl.engine.placement.Placement`); no Hydra objects in children.
         num_steps: unroll length T.
         num_envs: environments stepped by this actor.
-        seed: seed of this actor's first environment (:func:`env_seed`).
+        seed: seed of this actor's first environment (:func:`distrl.envs.env_seed`).
         model: the shared-memory actor copy of the network (``ActorCritic``).
         buffers: the storages' shared tensors.
         channels: queues, stop event and policy version shared with the trainer.
         parent_pid: the trainer's pid; the actor exits when it is gone.
         log_level: logging level name for this process.
-        log_file: a file this process also logs to (resolved by the parent: Hydra's
-            logging setup does not reach spawned children), or None.
         cpu_affinity: the cores this process (and the env threads it starts) may run on, or
             None to leave it to the OS.
     """
@@ -127,13 +62,11 @@ class ActorContext:
     channels: Channels
     parent_pid: int
     log_level: str = "INFO"
-    log_file: str | None = None
     cpu_affinity: tuple[int, ...] | None = None
 
 
 def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
-                   log_file: str | None = None, log_level: str | None = None,
-                   first_actor: int = 0) -> list[ActorContext]:
+                   log_level: str | None = None, first_actor: int = 0) -> list[ActorContext]:
     """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``.
     ``first_actor``: the run-wide id of this rank's first actor (its env seeds follow from it)."""
     return [
@@ -141,7 +74,7 @@ def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Cha
             env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
             seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
             buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
-            log_level=log_level or cfg.log_level, log_file=log_file, cpu_affinity=placement.actor_cores[actor_id],
+            log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
         )
         for actor_id in range(placement.num_actors)
     ]
@@ -164,16 +97,14 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
     SIGINT, SIGTERM and SIGUSR1 are ignored (they are for the trainer, which stops actors in
     order through ``stop_event``; a terminal's Ctrl-C and a cluster's SIGTERM reach the whole
     process group)."""
+    from distrl.logs import log_to_queue
+
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     pin_process(ctx.cpu_affinity)
-    handlers: list[logging.Handler] = [logging.StreamHandler()]
-    if ctx.log_file:
-        handlers.append(logging.FileHandler(ctx.log_file))
-    logging.basicConfig(level=ctx.log_level, handlers=handlers,
-                        format=f"[%(asctime)s][actor {actor_id}][%(levelname)s] - %(message)s")
-    torch.set_num_threads(1)
     ch = ctx.channels
+    log_to_queue(ch.log_queue, ctx.log_level, actor=actor_id)
+    torch.set_num_threads(1)
     held: list[int] = []
     try:
         act(actor_id, ctx, held)
@@ -191,49 +122,69 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
             ch.free_queue.put(index)
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-
-
 def _should_stop(ctx: ActorContext) -> bool:
     return ctx.channels.stop_event.is_set() or os.getppid() != ctx.parent_pid
 
 
-class _Stepper:
-    """One interface over the two kinds of vector env: ``send`` actions for the envs of the
-    last batch, ``recv`` the next batch as ``(env_ids, obs, reward, terminated, truncated, info)``.
+def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
+    """Fill storage slots with unrolls until stopped.
 
-    ale-py's ``AtariVectorEnv`` has real ``send``/``recv``: with ``batch_size = num_envs / 2``
-    its thread steps one half of the envs while the actor runs inference on the other half.
-    Gymnasium's synchronous vector env steps all envs in ``recv``.
+    Each step: the policy acts on a batch of envs (all of them, or half with async stepping); what
+    it saw and did is written at each env's row (:meth:`SlotWriter.write_acted`, which hands in the
+    slots that reached row T); the actions go to the envs; what the envs gave back is written at the
+    same rows (:meth:`SlotWriter.write_stepped`) and the rows advance.
+
+    ``held`` is kept equal to the slot indices this actor owns, so the caller can return them on
+    any exit.
     """
+    from omegaconf import OmegaConf
 
-    def __init__(self, env, num_envs: int):
-        self.env = env
-        self.native = hasattr(env, "send") and hasattr(env, "recv")
-        self.all_ids = np.arange(num_envs)
-        self.actions = None
+    from distrl.envs import VectorStepper, make_vector_env
 
-    def reset(self, seed: int):
-        obs, info = self.env.reset(seed=seed)
-        ids = np.asarray(info["env_id"], dtype=np.int64) if self.native else self.all_ids
-        return ids, obs
+    env_cfg = OmegaConf.create(ctx.env_cfg)
+    model = ctx.model
+    env = VectorStepper(make_vector_env(env_cfg, ctx.num_envs, num_threads=1,
+                                        async_step=bool(env_cfg.get("async_step", False))), ctx.num_envs)
+    slots = SlotWriter(actor_id, ctx, held)
+    episodes = _Episodes(actor_id, ctx)
+    state = AgentState(model, ctx.num_envs)
+    try:
+        ids, obs = env.reset(ctx.seed)
+        while True:
+            ctx.channels.heartbeat[actor_id] = time.time()
+            ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
+            out, seen = step_policy(model, obs_t, state, ids_t)
+            slots.write_acted(ids, obs_t, out, seen)
+            env.send(out["action"].numpy())
 
-    def send(self, actions: np.ndarray) -> None:
-        if self.native:
-            self.env.send(actions)
-        else:
-            self.actions = actions
+            ids, obs, reward, terminated, truncated, info = env.recv()
+            if slots.waiting_for_first_step(ids):  # async stepping: the other half's reset observations
+                continue
+            ids_t = torch.from_numpy(ids)
+            actions, rewards = slots.actions(ids), torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            values = None
+            if truncated.any():
+                cut = torch.from_numpy(np.flatnonzero(truncated))
+                values = final_values(model, _final_obs(info, truncated), state, ids_t[cut], actions[cut],
+                                      rewards[cut])
+            slots.write_stepped(ids, rewards, terminated, truncated, values)
+            ended = terminated | truncated
+            state.after_env_step(actions, rewards, ended, ids_t)
+            episodes.add(ids, reward, ended)
+            slots.advance(ids)
+    finally:
+        env.close()
 
-    def recv(self):
-        if self.native:
-            obs, reward, terminated, truncated, info = self.env.recv()
-            return np.asarray(info["env_id"], dtype=np.int64), obs, reward, terminated, truncated, info
-        obs, reward, terminated, truncated, info = self.env.step(self.actions)
-        return self.all_ids, obs, reward, terminated, truncated, info
+
+def _final_obs(info: dict, truncated: np.ndarray) -> torch.Tensor:
+    from distrl.envs import final_observations
+
+    return torch.from_numpy(np.asarray(final_observations(info, truncated)))
 
 
-class _EnvSlots:
-    """Where each of an actor's ``n`` environments is in its slot, and the slots the actor holds.
+class SlotWriter:
+    """Writes an actor's envs' unrolls into slots: where each env is in its slot, and the slots the
+    actor holds.
 
     Attributes:
         slot: ``[n] int64``, each env's current slot, -1 before its first observation is acted on.
@@ -247,6 +198,7 @@ class _EnvSlots:
     def __init__(self, actor_id: int, ctx: ActorContext, held: list[int]):
         self.actor_id = actor_id
         self.ctx = ctx
+        self.T = ctx.num_steps
         n = ctx.num_envs
         self.slot = np.full(n, -1, dtype=np.int64)
         self.row = np.zeros(n, dtype=np.int64)
@@ -258,9 +210,57 @@ class _EnvSlots:
         self.stage = {key: torch.zeros((n, *ctx.buffers[key].shape[1:]), dtype=ctx.buffers[key].dtype)
                       for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs"}
 
-    def start(self, i: int, core_before: tuple) -> None:
+    def write_acted(self, ids: np.ndarray, obs: torch.Tensor, out: dict, seen: StepInputs) -> None:
+        """Row ``t`` of envs ``ids`` (``[k] int64``): the observation ``obs [k, ...]``, what the
+        policy saw besides it and what it did. An env's first observation takes it a slot; an env at
+        row T hands its slot to the learners and starts the next one with this row as row 0."""
+        at = self._at(ids)
+        stage = self.stage
+        stage["first"][at] = seen.first
+        stage["last_action"][at] = seen.last_action
+        stage["last_reward"][at] = seen.last_reward
+        for key in ("action", "policy_logits", "baseline"):
+            stage[key][at] = out[key]
+        for j in np.flatnonzero(self.slot[ids] < 0).tolist():  # each env's first observation
+            self._start(int(ids[j]), seen.core, j)
+        self._write_obs(ids, obs)
+        at_end = np.flatnonzero(self.row[ids] == self.T)
+        if len(at_end):
+            full = ids[at_end]
+            self._finish(full)
+            for j in at_end.tolist():
+                self._start(int(ids[j]), seen.core, j)
+            self._write_obs(full, obs[at_end])  # row 0 repeats row T
+
+    def actions(self, ids: np.ndarray) -> torch.Tensor:
+        """``[k] int64``: the actions just sent to envs ``ids`` (staged at their current row)."""
+        return self.stage["action"][torch.from_numpy(ids), torch.from_numpy(self.row[ids])]
+
+    def waiting_for_first_step(self, ids: np.ndarray) -> bool:
+        """Whether envs ``ids`` have not been acted on yet (with async stepping, the second half's
+        reset observations arrive after the first half was sent its actions)."""
+        return bool((self.slot[ids] < 0).any())
+
+    def write_stepped(self, ids: np.ndarray, rewards: torch.Tensor, terminated: np.ndarray,
+                      truncated: np.ndarray, truncation_values: torch.Tensor | None) -> None:
+        """What stepping envs ``ids`` gave, at their current row: ``rewards [k]``, episode ends and,
+        for the envs cut by a time limit (``truncated``), the value of their final observation."""
+        at = self._at(ids)
+        stage = self.stage
+        stage["reward"][at] = rewards
+        stage["terminated"][at] = torch.from_numpy(terminated)
+        stage["truncated"][at] = torch.from_numpy(truncated)
+        stage["truncation_value"][at] = 0.0
+        if truncation_values is not None:
+            cut = ids[truncated]
+            stage["truncation_value"][torch.from_numpy(cut), torch.from_numpy(self.row[cut])] = truncation_values
+
+    def advance(self, ids: np.ndarray) -> None:
+        self.row[ids] += 1
+
+    def _start(self, i: int, core_before: tuple, j: int) -> None:
         """Give env ``i`` a free slot whose row 0 is the row the env has just staged; with an LSTM
-        core, the slot's initial state is the env's state before that row (``core_before``)."""
+        core, the slot's initial state is the env's state before that row (``core_before[:, j]``)."""
         ch = self.ctx.channels
         while True:
             if _should_stop(self.ctx):
@@ -275,10 +275,10 @@ class _EnvSlots:
         self.slot[i] = slot
         self.version[i] = ch.policy_version.value
         if core_before:
-            self.ctx.buffers["core_h"][slot].copy_(core_before[0][:, i])
-            self.ctx.buffers["core_c"][slot].copy_(core_before[1][:, i])
+            self.ctx.buffers["core_h"][slot].copy_(core_before[0][:, j])
+            self.ctx.buffers["core_c"][slot].copy_(core_before[1][:, j])
 
-    def finish(self, envs: np.ndarray) -> None:
+    def _finish(self, envs: np.ndarray) -> None:
         """Copy the staged keys of ``envs`` (``[k] int64`` env indices at row T) into their slots,
         hand the slots to the learners, and move the last staged row to row 0 for the next slots."""
         slots = self.slot[envs]
@@ -297,14 +297,14 @@ class _EnvSlots:
         if _should_stop(self.ctx):
             raise _Stopped
 
-    def write_obs(self, envs: np.ndarray, obs: torch.Tensor) -> None:
+    def _write_obs(self, envs: np.ndarray, obs: torch.Tensor) -> None:
         """``obs [k, *obs_shape]`` into each env's slot at its row: one memcpy each (an indexed
         put of uint8 images is many times slower)."""
         obs_slots = self.ctx.buffers["obs"]
         for j, (slot, t) in enumerate(zip(self.slot[envs].tolist(), self.row[envs].tolist(), strict=True)):
             obs_slots[slot, t].copy_(obs[j])
 
-    def at(self, ids: np.ndarray) -> tuple:
+    def _at(self, ids: np.ndarray) -> tuple:
         """Index of the (env, row) pairs of ``ids`` in a stage tensor: a slice and an int when the
         envs are consecutive and at the same row (the usual case, and much cheaper to write
         through), else two index tensors."""
@@ -330,105 +330,3 @@ class _Episodes:
             self.queue.put((self.actor_id, float(self.total[i]), int(self.length[i])))
         self.total[done] = 0.0
         self.length[done] = 0
-
-
-def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
-    """Fill storage slots with unrolls until stopped.
-
-    Each step: run the model on the observations of a batch of envs (all of them, or half with
-    async stepping), stage its output at each env's row and write the observation into the slot;
-    hand in the slots that reached row T (their row T becomes the next slot's row 0); send the
-    actions; receive the next batch and stage what the step gave (rewards, episode ends and,
-    on truncation, the value of the final observation); advance the rows.
-
-    ``held`` is kept equal to the slot indices this actor owns, so the caller can return them on
-    any exit.
-    """
-    from omegaconf import OmegaConf
-
-    from distrl.envs import make_vector_env
-
-    env_cfg = OmegaConf.create(ctx.env_cfg)
-    model, T = ctx.model, ctx.num_steps
-    env = make_vector_env(env_cfg, ctx.num_envs, num_threads=1, async_step=bool(env_cfg.get("async_step", False)))
-    stepper = _Stepper(env, ctx.num_envs)
-    envs = _EnvSlots(actor_id, ctx, held)
-    stage = envs.stage
-    episodes = _Episodes(actor_id, ctx)
-    core = model.initial_state(ctx.num_envs)
-    core_before = core  # each env's LSTM state before its latest observation
-    # the action each env was sent last, and the action and reward before its current observation
-    sent = torch.zeros(ctx.num_envs, dtype=torch.int64)
-    last_action = torch.zeros(ctx.num_envs, dtype=torch.int64)
-    last_reward = torch.zeros(ctx.num_envs, dtype=torch.float32)
-    try:
-        ids, obs_np = stepper.reset(ctx.seed)
-        first = torch.ones(len(ids), dtype=torch.bool)
-        while True:
-            ctx.channels.heartbeat[actor_id] = time.time()
-            ids_t = torch.from_numpy(ids)
-            obs = torch.from_numpy(np.asarray(obs_np))
-            sub_core = tuple(c[:, ids_t] for c in core)
-            prev_action, prev_reward = last_action[ids_t], last_reward[ids_t]
-            out, new_core = model.act(obs, first, sub_core, False, prev_action, prev_reward)
-            if core:
-                core_before = tuple(b.index_copy(1, ids_t, c) for b, c in zip(core_before, sub_core, strict=True))
-                core = tuple(c.index_copy(1, ids_t, nc) for c, nc in zip(core, new_core, strict=True))
-            at = envs.at(ids)
-            stage["first"][at] = first
-            stage["last_action"][at] = prev_action
-            stage["last_reward"][at] = prev_reward
-            for key in ("action", "policy_logits", "baseline"):
-                stage[key][at] = out[key]
-            for i in ids[envs.slot[ids] < 0].tolist():  # each env's first observation
-                envs.start(i, core_before)
-            envs.write_obs(ids, obs)
-            at_end = np.flatnonzero(envs.row[ids] == T)
-            if len(at_end):
-                full = ids[at_end]
-                envs.finish(full)
-                for i in full.tolist():
-                    envs.start(i, core_before)
-                envs.write_obs(full, obs[at_end])  # row 0 repeats row T
-            stepper.send(out["action"].numpy())
-            sent[ids_t] = out["action"]
-
-            ids, obs_np, reward, terminated, truncated, info = stepper.recv()
-            if (envs.slot[ids] < 0).any():  # with async stepping, the other half's reset observations
-                first = torch.ones(len(ids), dtype=torch.bool)
-                continue
-            at = envs.at(ids)
-            ids_t = torch.from_numpy(ids)
-            reward_t = torch.from_numpy(np.asarray(reward, dtype=np.float32))
-            stage["reward"][at] = reward_t
-            stage["terminated"][at] = torch.from_numpy(terminated)
-            stage["truncated"][at] = torch.from_numpy(truncated)
-            stage["truncation_value"][at] = 0.0
-            last_action[ids_t] = sent[ids_t]
-            last_reward[ids_t] = reward_t
-            if truncated.any():
-                _stage_truncation_values(model, stage, envs, ids[truncated], core, info, truncated,
-                                         last_action, last_reward)
-            ended = terminated | truncated
-            first = torch.from_numpy(ended)
-            last_action[ids_t[first]] = 0  # a new episode starts with nothing before it
-            last_reward[ids_t[first]] = 0.0
-            episodes.add(ids, reward, ended)
-            envs.row[ids] += 1
-    finally:
-        env.close()
-
-
-def _stage_truncation_values(model, stage: dict, envs: _EnvSlots, cut: np.ndarray, core: tuple, info: dict,
-                             truncated: np.ndarray, last_action: torch.Tensor, last_reward: torch.Tensor) -> None:
-    """For envs ``cut`` whose episode hit its time limit: the behaviour baseline of the final
-    observation, which V-trace bootstraps from instead of the next episode's first state
-    (``last_action``/``last_reward``: ``[num_envs]``, what came before that observation)."""
-    from distrl.envs import final_observations
-
-    cut_t = torch.from_numpy(cut)
-    final = torch.from_numpy(np.asarray(final_observations(info, truncated)))
-    no_reset = torch.zeros(len(cut), dtype=torch.bool)
-    values = model.act(final, no_reset, tuple(c[:, cut_t] for c in core), False,
-                       last_action[cut_t], last_reward[cut_t])[0]["baseline"]
-    stage["truncation_value"][cut_t, torch.from_numpy(envs.row[cut])] = values

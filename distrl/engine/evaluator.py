@@ -1,4 +1,5 @@
-"""Evaluation episodes with a frozen copy of the policy, on environments of their own.
+"""Evaluation: episodes with a frozen copy of the policy, on environments of their own, and the
+evaluations a training run makes in the background.
 
 Returns are the raw, unclipped game score of whole episodes. Episodes run
 in parallel in one vector env; each sub-environment plays a quota fixed in
@@ -9,22 +10,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from distrl.envs import make_vector_env
-from distrl.policy import ActorCritic
+from distrl.envs import eval_seed, make_vector_env
+from distrl.policy import ActorCritic, AgentState, step_policy
 
 MAX_PARALLEL_ENVS = 16
-
-
-def eval_seed(run_seed: int, agent_steps: int) -> int:
-    """Seed of the first evaluation env of a run's evaluation at ``agent_steps``: varies with the step,
-    and lies apart from the actors' env seeds (:func:`distrl.engine.actor.env_seed`)."""
-    return run_seed * 100_003 + 50_000 + agent_steps % 10_000
 
 
 @dataclass
@@ -66,20 +62,14 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
     lengths: list[int] = []
     try:
         obs, _ = env.reset(seed=seed)
-        first = torch.ones(num_envs, dtype=torch.bool)
-        core = frozen.initial_state(num_envs)
+        state = AgentState(frozen, num_envs)
         episode_return = np.zeros(num_envs)
         episode_length = np.zeros(num_envs, dtype=np.int64)
-        last_action = torch.zeros(num_envs, dtype=torch.int64)
-        last_reward = torch.zeros(num_envs, dtype=torch.float32)
         while quota.sum() > 0 and not stop():
-            obs_t = torch.from_numpy(np.asarray(obs)).to(device)
-            out, core = frozen.act(obs_t, first.to(device), core, deterministic,
-                                   last_action.to(device), last_reward.to(device))
-            last_action = out["action"].cpu()
-            obs, reward, terminated, truncated, _ = env.step(last_action.numpy())
-            last_reward = torch.as_tensor(reward, dtype=torch.float32)
+            out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)), state, deterministic=deterministic)
+            obs, reward, terminated, truncated, _ = env.step(out["action"].cpu().numpy())
             ended = terminated | truncated
+            state.after_env_step(out["action"], reward, ended)
             episode_return += reward
             episode_length += 1
             for i in np.flatnonzero(ended):
@@ -89,7 +79,6 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
                     lengths.append(int(episode_length[i]))
             episode_return[ended] = 0.0
             episode_length[ended] = 0
-            first = torch.from_numpy(ended)
     finally:
         env.close()
     return EvalResult(returns, lengths)
@@ -116,27 +105,75 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
     try:
         for episode in range(num_episodes):
             obs, _ = env.reset(seed=seed + episode)
-            core = frozen.initial_state(1)
-            first = torch.ones(1, dtype=torch.bool)
+            state = AgentState(frozen, 1)
             writer.append_data(env.render())
             total, length, ended = 0.0, 0, False
-            last_action = torch.zeros(1, dtype=torch.int64)
-            last_reward = torch.zeros(1, dtype=torch.float32)
             while not ended:
-                obs_t = torch.from_numpy(np.asarray(obs)).unsqueeze(0).to(device)
-                out, core = frozen.act(obs_t, first.to(device), core, deterministic,
-                                       last_action.to(device), last_reward.to(device))
-                last_action = out["action"].cpu()
-                obs, reward, terminated, truncated, _ = env.step(int(last_action[0]))
-                last_reward = torch.tensor([float(reward)])
+                out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)).unsqueeze(0), state,
+                                     deterministic=deterministic)
+                obs, reward, terminated, truncated, _ = env.step(int(out["action"][0]))
+                ended = terminated or truncated
+                state.after_env_step(out["action"], [reward], [ended])
                 writer.append_data(env.render())
                 total += float(reward)
                 length += 1
-                ended = terminated or truncated
-                first = torch.zeros(1, dtype=torch.bool)
             returns.append(total)
             lengths.append(length)
     finally:
         writer.close()
         env.close()
     return EvalResult(returns, lengths)
+
+
+class Evaluations:
+    """The evaluations of a training run: one at a time, in a background thread, on the weights of
+    a snapshot, with envs and seeds of their own (:func:`distrl.envs.eval_seed`).
+
+    Args:
+        model: a network of the run's shape (copied; its weights are replaced by each snapshot's).
+        env_cfg: the ``env`` config node.
+        num_episodes: episodes per evaluation.
+        run_seed: the run's ``seed``.
+    """
+
+    def __init__(self, model: ActorCritic, env_cfg: DictConfig, num_episodes: int, run_seed: int):
+        self.template = copy.deepcopy(model).cpu()
+        self.env_cfg = env_cfg
+        self.num_episodes = num_episodes
+        self.run_seed = run_seed
+        self.stopping = False
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="distrl-eval")
+        self.running: Future | None = None
+        self.step = 0
+
+    def start(self, snapshot: dict, step: int) -> None:
+        """Evaluate the weights of ``snapshot`` (a checkpoint's state, taken at ``step`` agent steps)."""
+        self.step = step
+        self.running = self.pool.submit(self.run, snapshot, step)
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None
+
+    def finished(self, wait: bool = False) -> tuple[EvalResult, dict, int] | None:
+        """The result, snapshot and step of the evaluation started last if it is done (or, with
+        ``wait``, once it is), else None."""
+        if self.running is None or not (wait or self.running.done()):
+            return None
+        result, snapshot = self.running.result()
+        self.running = None
+        return result, snapshot, self.step
+
+    def run(self, snapshot: dict, step: int) -> tuple[EvalResult, dict]:
+        """Evaluate the weights of ``snapshot`` now, in this thread; :meth:`stop` ends it early."""
+        model = copy.deepcopy(self.template)
+        model.load_state_dict(snapshot["model"])
+        result = evaluate(model, self.env_cfg, self.num_episodes, eval_seed(self.run_seed, step),
+                          stop=lambda: self.stopping)
+        return result, snapshot
+
+    def stop(self) -> None:
+        """End the running evaluation early and wait for its thread."""
+        self.stopping = True
+        self.pool.shutdown(wait=True)
+        self.stopping = False

@@ -1,15 +1,15 @@
-"""One learner update (batch -> V-trace loss -> optimizer step -> publish) and the learner thread.
+"""The learner: take B full slots, gather a batch, learn from it, publish the weights (step 3 of the
+five files of :mod:`distrl.engine`).
 
-The loss is IMPALA's (Espeholt et al. 2018, Section 4.2): policy gradient
-with V-trace advantages, ``baseline_cost`` x the squared error to the
-V-trace targets ``vs``, and ``entropy_cost`` x the negative entropy, each
-averaged over the ``T x B`` steps of the batch (IMPALA sums them; see
-:mod:`distrl.vtrace` for why distrl averages). Rewards are clipped to
-``[-reward_clip, reward_clip]`` in the loss only. The learning rate warms up
-linearly over ``lr_warmup_steps`` and decays linearly to 0 over ``num_train_steps``
-agent steps, ``T x B`` per update; the entropy cost decays with it under
-``entropy_schedule: linear`` or follows a list of points (:func:`entropy_factor`).
-An update makes ``num_epochs`` optimizer steps on its batch.
+A learner thread loops over :func:`get_batch` (B full slots copied into a ``[T+1, B]`` batch, the
+slots freed) and :meth:`Learner.update` (the V-trace loss, an optimizer step, the new weights
+published into the actors' copy). The loss is IMPALA's (Espeholt et al. 2018, Section 4.2): policy
+gradient with V-trace advantages, ``baseline_cost`` x the squared error to the V-trace targets
+``vs``, and ``entropy_cost`` x the negative entropy, each averaged over the ``T x B`` steps of the
+batch (IMPALA sums them; :mod:`distrl.vtrace` says why distrl averages). Rewards are clipped to
+``[-reward_clip, reward_clip]`` in the loss only. The learning rate and the entropy cost of each
+update come from :class:`distrl.engine.schedule.Schedule` at the learner's update count, the one
+counter of a run. An update makes ``num_epochs`` optimizer steps on its batch.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -27,12 +26,14 @@ from omegaconf import DictConfig
 
 from distrl import vtrace
 from distrl.distributed import Ranks
+from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import BOOTSTRAP, STEPS, RolloutStorage
 from distrl.policy import DistributedActorLearner
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5
+LOSS_NAMES = ("total", "policy", "value", "entropy", "grad_norm")
 
 
 def make_optimizer(policy: DistributedActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
@@ -50,91 +51,65 @@ def make_optimizer(policy: DistributedActorLearner, agent: DictConfig) -> torch.
     raise ValueError(f"agent.optimizer={agent.optimizer!r}: use rmsprop or adam")
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, steps_per_update: int, num_train_steps: int,
-                   warmup_steps: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
-    """The learning rate's schedule: a linear warm-up from 0 over the first ``warmup_steps``
-    agent steps, times a linear decay to 0 at ``num_train_steps`` agent steps.
-
-    The scheduler counts updates; each consumes ``steps_per_update = T x B`` agent steps. Its
-    factor function carries the decay alone as ``.decay(updates)`` (for the entropy schedule).
-
-    Why the warm-up: torch's RMSProp starts its running mean of squared gradients at 0, so its
-    first step moves every weight by ``lr / sqrt(1 - alpha)`` (10 x lr at alpha 0.99) in the sign
-    of its gradient, whatever the gradient's size. On Pong that first step alone took the
-    policy's entropy from ln 6 (1.79) to 0.13 and left 8 of the first layer's 32 filters dead,
-    4 more than at initialisation (docs/learning.md, "The first updates").
-    """
-    def decay(updates: int) -> float:
-        return max(0.0, 1.0 - updates * steps_per_update / num_train_steps)
-
-    def factor(updates: int) -> float:
-        warmup = min(1.0, (updates + 1) * steps_per_update / warmup_steps) if warmup_steps > 0 else 1.0
-        return warmup * decay(updates)
-
-    factor.decay = decay
-    factor.steps_per_update = steps_per_update
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def entropy_factor(points: Sequence[Sequence[float]], agent_steps: int) -> float:
-    """The factor on ``agent.entropy_cost`` at ``agent_steps`` under a list of
-    ``[agent_steps, factor]`` points (``agent.entropy_schedule``, validated by
-    :mod:`distrl.config`): 1 until the first point, linear between consecutive points, the last
-    point's factor after it; where two points share a step the factor jumps there. So
-    ``[[2500000, 1.0], [3000000, 0.2]]`` holds the entropy cost to 2.5M agent steps and brings it
-    to a fifth by 3M; ``[[3000000, 1.0], [3000000, 0.2]]`` is a step at 3M. A factor rather
-    than a cost, so that ``agent.entropy_cost`` stays the knob to sweep; piecewise linear like
-    RLlib's ``entropy_coeff_schedule`` (which gives costs)."""
-    x, y = 0.0, 1.0
-    for step, factor in points:
-        if agent_steps < step:
-            return y + (factor - y) * (agent_steps - x) / (step - x)
-        x, y = float(step), float(factor)
-    return y
-
-
 class Learner:
     """Runs IMPALA updates on the learner copy and publishes weights to the actors.
 
     Args:
         policy: the actor/learner pair; its learner copy is on ``device``.
-        optimizer, scheduler: from :func:`make_optimizer` / :func:`make_scheduler`.
+        optimizer: from :func:`make_optimizer`.
+        schedule: the run's schedule; the learning rate and entropy cost of every update follow
+            from :attr:`updates`.
         agent: the ``agent`` config node.
         device: the learner copy's device.
         compile: wrap the learner network in ``torch.compile``.
         ranks: with several ranks, gradients are averaged across them before every step
             (:mod:`distrl.distributed`).
+
+    Attributes:
+        updates: updates made (the skipped non-finite ones included, so that the schedule follows
+            the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
     """
 
-    def __init__(self, policy: DistributedActorLearner, optimizer, scheduler, agent: DictConfig,
-                 device: torch.device, compile: bool = False, ranks: Ranks | None = None):
+    def __init__(self, policy: DistributedActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
+                 agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None):
         self.policy = policy
         self.ranks = ranks or Ranks()
         self.optimizer = optimizer
-        self.scheduler = scheduler
+        self.schedule = schedule
         self.agent = agent
         self.device = device
         self.network = torch.compile(policy.learner) if compile else policy.learner
-        self.lock = threading.RLock()  # held for an update and its counters (run_learner_thread)
+        self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
+        self.updates = 0
+
+    @property
+    def updates(self) -> int:
+        return self._updates
+
+    @updates.setter
+    def updates(self, value: int) -> None:
+        """Set the count; the optimizer's learning rate becomes that of the next update (as a
+        resumed run's optimizer holds the rate of its last one)."""
+        self._updates = value
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.schedule.at(value).learning_rate
+
+    @property
+    def position(self) -> Position:
+        """Where the run is now (:meth:`Schedule.at` of :attr:`updates`)."""
+        return self.schedule.at(self.updates)
 
     def update(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
-        """``agent.num_epochs`` optimizer steps on one ``[T+1, B]`` batch from
-        :meth:`RolloutStorage.gather`, then the new weights go to the actors and the learning-rate
-        schedule advances by the batch's ``T x B`` agent steps (once, whatever the epochs).
+        """``agent.num_epochs`` optimizer steps on one ``[T+1, B]`` batch from :func:`get_batch`, then
+        the new weights go to the actors and :attr:`updates` advances by one (whatever the epochs).
 
-        Each epoch runs the network on all T+1 rows with the weights of that moment; the loss
-        uses rows :data:`STEPS` and bootstraps from the value of row :data:`BOOTSTRAP` (the layout
-        is :mod:`distrl.engine.storage`'s). From the second epoch on the batch is off-policy by the
-        epochs before it as well as by the actors' lag; V-trace corrects for both against the
-        behaviour logits the actors stored, as for IMPALA's experience replay (Espeholt et al.
-        2018, Table 2), which learns from old batches the same way.
-
-        With several ranks the gradients are averaged across them first (every rank calls this
-        once per update and makes the same epochs; ``stop`` ends the wait for the others).
-
-        A non-finite loss or gradient norm skips that optimizer step and the epochs after it (the
-        weights and the optimizer state stay as the last finite step left them; the schedule still
-        advances) and returns ``finite=False``.
+        From the second epoch on the batch is off-policy by the epochs before it as well as by the
+        actors' lag; V-trace corrects for both against the behaviour logits the actors stored, as
+        for IMPALA's experience replay (Espeholt et al. 2018, Table 2). With several ranks the
+        gradients are averaged across them first (every rank calls this once per update and makes
+        the same epochs; ``stop`` ends the wait for the others). A non-finite loss or gradient norm
+        skips that optimizer step and the epochs after it (the weights and the optimizer state stay
+        as the last finite step left them; the count still advances).
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
@@ -144,10 +119,9 @@ class Learner:
             ``publish_seconds`` the wall time of copying the weights to the actors.
         """
         with self.lock:
-            learning_rate = self.optimizer.param_groups[0]["lr"]
-            entropy_cost = self.entropy_cost()
+            position = self.position
             for epoch in range(self.agent.num_epochs):
-                scalars, finite = self._step(batch, entropy_cost, stop)
+                scalars, finite = self._optimizer_step(batch, position.entropy_cost, stop)
                 if epoch == 0 or not finite:
                     reported = scalars
                 if not finite:
@@ -156,16 +130,18 @@ class Learner:
             if finite or epoch > 0:  # at least one optimizer step was made
                 self.policy.publish()
             publish_seconds = time.perf_counter() - publish_start
-            self.scheduler.step()
-        names = ("total", "policy", "value", "entropy", "grad_norm")
-        return {**dict(zip(names, reported, strict=True)), "learning_rate": learning_rate,
-                "entropy_cost": entropy_cost, "finite": finite, "publish_seconds": publish_seconds}
+            self.updates += 1
+        return {**dict(zip(LOSS_NAMES, reported, strict=True)), "learning_rate": position.learning_rate,
+                "entropy_cost": position.entropy_cost, "finite": finite, "publish_seconds": publish_seconds}
 
-    def _step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-              stop: threading.Event | None) -> tuple[list[float], bool]:
-        """One optimizer step on ``batch`` (see :meth:`update`), skipped if the loss or the gradient
-        norm is not finite. Returns ``[total, policy, value, entropy, grad_norm]`` (the loss terms
-        averaged over the ``T x B`` steps, the norm before clipping) and whether the step was made."""
+    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float) -> tuple[torch.Tensor, ...]:
+        """IMPALA's loss on ``batch``: ``(total, policy, value, entropy)``, scalar tensors averaged over
+        the ``T x B`` steps.
+
+        The network runs on all T+1 rows with the weights of this moment; the loss uses rows
+        :data:`STEPS` and bootstraps from the value of row :data:`BOOTSTRAP` (the layout is
+        :mod:`distrl.engine.storage`'s).
+        """
         agent = self.agent
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
@@ -176,68 +152,51 @@ class Learner:
             rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
         actions = batch["action"][STEPS]
         targets = vtrace.vtrace_from_logits(
-            behaviour_logits=batch["policy_logits"][STEPS],
-            target_logits=logits,
-            actions=actions,
-            rewards=rewards,
-            terminated=batch["terminated"][STEPS],
-            truncated=batch["truncated"][STEPS],
-            values=baseline,
-            bootstrap_value=values[BOOTSTRAP],
-            truncation_values=batch["truncation_value"][STEPS],
-            discount=agent.discount,
-            rho_bar=agent.rho_bar,
-            c_bar=agent.c_bar,
+            behaviour_logits=batch["policy_logits"][STEPS], target_logits=logits, actions=actions,
+            rewards=rewards, terminated=batch["terminated"][STEPS], truncated=batch["truncated"][STEPS],
+            values=baseline, bootstrap_value=values[BOOTSTRAP], truncation_values=batch["truncation_value"][STEPS],
+            discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
         )
         pg_loss = vtrace.policy_gradient_loss(logits, actions, targets.pg_advantages)
         value_loss = vtrace.baseline_loss(targets.vs - baseline)
         entropy_loss = vtrace.entropy_loss(logits)
         total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+        return total, pg_loss, value_loss, entropy_loss
 
+    def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
+                        stop: threading.Event | None) -> tuple[list[float], bool]:
+        """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
+        Returns ``[total, policy, value, entropy, grad_norm]`` (the norm before clipping) and whether
+        the step was made."""
+        losses = self.loss(batch, entropy_cost)
         self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
+        losses[0].backward()
+        parameters = list(self.policy.learner.parameters())
         if self.ranks.enabled:
-            self.ranks.average_gradients(self.policy.learner.parameters(), stop)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.learner.parameters(), agent.max_grad_norm)
-        scalars = torch.stack([total, pg_loss, value_loss, entropy_loss, grad_norm]).detach().tolist()  # one sync
+            self.ranks.average_gradients(parameters, stop)
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.agent.max_grad_norm)
+        scalars = torch.stack([*losses, grad_norm]).detach().tolist()  # one sync
         finite = math.isfinite(scalars[0]) and math.isfinite(scalars[-1])
         if finite:
             self.optimizer.step()
         return scalars, finite
 
-    def entropy_cost(self) -> float:
-        """The entropy cost of the next update: ``agent.entropy_cost`` with ``entropy_schedule:
-        constant``; times the learning rate's decay factor (1 at the start, 0 at
-        ``num_train_steps``; no warm-up) with ``linear``; with a list of points,
-        times :func:`entropy_factor` at the agent steps consumed so far."""
-        schedule = self.agent.entropy_schedule
-        lr_factor = self.scheduler.lr_lambdas[0]  # make_scheduler's: carries .decay and .steps_per_update
-        updates = self.scheduler.last_epoch
-        if schedule == "constant":
-            return self.agent.entropy_cost
-        if schedule == "linear":
-            return self.agent.entropy_cost * lr_factor.decay(updates)
-        return self.agent.entropy_cost * entropy_factor(schedule, updates * lr_factor.steps_per_update)
-
 
 @dataclass
 class LearnerStats:
-    """What the learner threads report, read by the trainer's schedule.
+    """What the learner threads report, read by the trainer's schedule loop (the update count
+    itself is :attr:`Learner.updates`).
 
-    ``agent_steps``: agent steps consumed (``T x B`` per update); ``updates``: learner updates
-    (the skipped non-finite ones included, so that the learning rate follows the agent steps);
     ``policy_lag``: learner updates between acting and learning, mean over the last batch;
     ``last``: the last update's losses (:meth:`Learner.update`);
     ``seconds``: wall time the learner threads spent, summed over threads and updates, in
     ``wait`` (for full slots: the actors are behind), ``gather`` (copying B slots into a batch on
     the learner's device), ``step`` (the optimizer steps: forward, V-trace, backward, clip, step)
-    and ``publish`` (the new weights to the actors);
+    and ``publish`` (the new weights to the actors), updated with :attr:`Learner.updates`;
     ``nonfinite_updates``: updates skipped for a non-finite loss or gradient;
     ``activity``: per learner thread name, what it is doing (for the stall report).
     """
 
-    agent_steps: int = 0
-    updates: int = 0
     last: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=lambda: dict.fromkeys(("wait", "gather", "step", "publish"), 0.0))
     policy_lag: float = 0.0
@@ -250,90 +209,109 @@ class NonFiniteError(RuntimeError):
     """Too many learner updates in a row had a non-finite loss or gradient."""
 
 
+def take_full_slots(storage: RolloutStorage, held: list[int], batch_size: int, stop: threading.Event,
+                    activity: dict, name: str) -> None:
+    """Wait until ``held`` has ``batch_size`` full slot indices (or ``stop`` is set)."""
+    while len(held) < batch_size and not stop.is_set():
+        activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
+        try:
+            held.append(storage.full_queue.get(timeout=POLL_SECONDS))
+        except queue.Empty:
+            continue
+
+
+def get_batch(storage: RolloutStorage, held: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+    """Copy the slots ``held`` into a ``[T+1, B]`` batch on ``device`` and free them."""
+    batch = storage.gather(held, device)
+    for index in held:
+        storage.free_queue.put(index)
+    held.clear()
+    return batch
+
+
 def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: LearnerStats, batch_size: int,
-                       num_train_steps: int, policy_version, stop: threading.Event, errors: list,
-                       max_nonfinite_updates: int = 10, check_interval: int = 100,
-                       exchange_interval: int = 8) -> None:
-    """Loop: take ``B`` full slots, gather the batch, free the slots, update, until ``stats.agent_steps``
-    reaches ``num_train_steps``. Each update consumes ``T x B`` agent steps.
+                       policy_version, stop: threading.Event, errors: list, max_nonfinite_updates: int = 10,
+                       check_interval: int = 100, exchange_interval: int = 8) -> None:
+    """Loop: take ``B`` full slots, get the batch, update, until the schedule's budget of agent steps
+    (``num_train_steps``) is consumed.
 
     Every wait polls ``stop``, so the thread never blocks forever. An exception is appended to
     ``errors`` and sets ``stop``; ``max_nonfinite_updates`` skipped updates in a row raise
     :class:`NonFiniteError` that way. With several ranks (``learner.ranks``) the update count is the
-    same on every rank, each update consumes ``T x B x world_size`` global agent steps, the weights
-    are compared across ranks every ``check_interval`` updates and finished episodes go to rank 0
-    every ``exchange_interval`` updates.
+    same on every rank, the weights are compared across ranks every ``check_interval`` updates and
+    finished episodes go to rank 0 every ``exchange_interval`` updates.
     """
     ranks = learner.ranks
-    steps_per_update = storage.layout.num_steps * batch_size * ranks.world_size
     name = threading.current_thread().name
     held: list[int] = []
     nonfinite_in_a_row = 0
     try:
         while not stop.is_set():
-            with stats.lock:
-                done = stats.agent_steps >= num_train_steps
-            if done:
+            if learner.position.agent_steps >= learner.schedule.num_train_steps:
                 stats.activity[name] = "done: the budget is consumed"
                 if ranks.enabled:  # every rank is here at the same update
-                    ranks.exchange_episodes(stop)
-                    with learner.lock:
-                        ranks.check_identical(list(learner.policy.learner.parameters()), stop)
+                    _exchange(learner, stop, check=True)
                 return
             wait_start = time.perf_counter()
-            while len(held) < batch_size and not stop.is_set():
-                stats.activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
-                try:
-                    held.append(storage.full_queue.get(timeout=POLL_SECONDS))
-                except queue.Empty:
-                    continue
+            take_full_slots(storage, held, batch_size, stop, stats.activity, name)
             if stop.is_set():
                 return
             stats.activity[name] = "updating"
             gather_start = time.perf_counter()
-            batch = storage.gather(held, learner.device)
-            for index in held:
-                storage.free_queue.put(index)
-            held.clear()
-            start = time.perf_counter()
-            with learner.lock:  # a checkpoint sees the weights and the counters of one moment
-                losses = learner.update(batch, stop)
-                finite = losses.pop("finite")
-                with stats.lock:
-                    lag = stats.updates - batch["policy_version"].float().mean().item()
-                    stats.updates += 1
-                    stats.agent_steps += steps_per_update
-                    policy_version.value = stats.updates
-                    stats.policy_lag = lag
-                    publish_seconds = losses.pop("publish_seconds")
-                    stats.last = losses
-                    seconds = stats.seconds
-                    seconds["wait"] += gather_start - wait_start
-                    seconds["gather"] += start - gather_start
-                    seconds["step"] += time.perf_counter() - start - publish_seconds
-                    seconds["publish"] += publish_seconds
+            batch = get_batch(storage, held, learner.device)
+            losses = _learn(learner, batch, stats, policy_version, stop, (wait_start, gather_start))
             if ranks.enabled:
-                if stats.updates % exchange_interval == 0:
-                    ranks.exchange_episodes(stop)
-                if stats.updates % check_interval == 0:
-                    with learner.lock:
-                        ranks.check_identical(list(learner.policy.learner.parameters()), stop)
-            if finite:
-                nonfinite_in_a_row = 0
-                continue
-            nonfinite_in_a_row += 1
-            with stats.lock:
-                stats.nonfinite_updates += 1
-            log.warning("update %d skipped: non-finite loss %s or gradient norm %s (%d in a row)",
-                        stats.updates, losses["total"], losses["grad_norm"], nonfinite_in_a_row)
-            if nonfinite_in_a_row >= max_nonfinite_updates:
-                raise NonFiniteError(
-                    f"{nonfinite_in_a_row} updates in a row had a non-finite loss or gradient "
-                    f"(train.max_nonfinite_updates={max_nonfinite_updates}); the weights are those "
-                    f"before the first of them")
+                updates = learner.updates
+                _exchange(learner, stop, episodes=updates % exchange_interval == 0,
+                          check=updates % check_interval == 0)
+            nonfinite_in_a_row = 0 if losses["finite"] else nonfinite_in_a_row + 1
+            if nonfinite_in_a_row:
+                _skipped(learner, stats, losses, nonfinite_in_a_row, max_nonfinite_updates)
     except Exception as exc:  # reported by the trainer, which stops everything
         errors.append(exc)
         stop.set()
     finally:
         for index in held:
             storage.free_queue.put(index)
+
+
+def _learn(learner: Learner, batch: dict, stats: LearnerStats, policy_version, stop: threading.Event,
+           started: tuple[float, float]) -> dict:
+    """One update on ``batch``; the policy version and the stats follow it in the same moment."""
+    wait_start, gather_start = started
+    start = time.perf_counter()
+    with learner.lock:  # a checkpoint, and the trainer's timing, see the weights and the counter of one moment
+        lag = learner.updates - batch["policy_version"].float().mean().item()
+        losses = learner.update(batch, stop)
+        policy_version.value = learner.position.policy_version
+        publish_seconds = losses.pop("publish_seconds")
+        with stats.lock:
+            stats.policy_lag = lag
+            stats.last = {k: v for k, v in losses.items() if k != "finite"}
+            seconds = stats.seconds
+            seconds["wait"] += gather_start - wait_start
+            seconds["gather"] += start - gather_start
+            seconds["step"] += time.perf_counter() - start - publish_seconds
+            seconds["publish"] += publish_seconds
+    return losses
+
+
+def _exchange(learner: Learner, stop: threading.Event, episodes: bool = True, check: bool = False) -> None:
+    """With several ranks: send finished episodes to rank 0; compare the weights across ranks."""
+    if episodes:
+        learner.ranks.exchange_episodes(stop)
+    if check:
+        with learner.lock:
+            learner.ranks.check_identical(list(learner.policy.learner.parameters()), stop)
+
+
+def _skipped(learner: Learner, stats: LearnerStats, losses: dict, in_a_row: int, most: int) -> None:
+    """Count a skipped non-finite update; raise :class:`NonFiniteError` after ``most`` in a row."""
+    with stats.lock:
+        stats.nonfinite_updates += 1
+    log.warning("update %d skipped: non-finite loss %s or gradient norm %s (%d in a row)",
+                learner.updates, losses["total"], losses["grad_norm"], in_a_row)
+    if in_a_row >= most:
+        raise NonFiniteError(
+            f"{in_a_row} updates in a row had a non-finite loss or gradient "
+            f"(train.max_nonfinite_updates={most}); the weights are those before the first of them")

@@ -14,15 +14,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config import resolve_device
-
-
-def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+from distrl.host import cpu_count, resolve_device
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distrl.engine.pipes import IndexQueue
+from distrl.engine.shared import IndexQueue
 
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
@@ -106,7 +106,7 @@ NO_OWNER = -1
 
 
 def drain(q) -> list:
-    """Take every item on queue ``q`` now (a :mod:`distrl.engine.pipes` queue)."""
+    """Take every item on queue ``q`` now (a :mod:`distrl.engine.shared` queue)."""
     items = []
     while True:
         try:
@@ -126,7 +126,7 @@ class RolloutStorage:
     Attributes:
         buffers: ``{key: [N, *spec_shape] tensor}`` in shared memory.
         owner: ``[N] int32`` shared tensor: the id of the actor holding each slot, or ``NO_OWNER``.
-        free_queue, full_queue: :class:`distrl.engine.pipes.IndexQueue` of slot indices.
+        free_queue, full_queue: :class:`distrl.engine.shared.IndexQueue` of slot indices.
 
     Raises:
         OSError: the queues cannot hold ``num_storages`` indices (validation refuses such sizes).

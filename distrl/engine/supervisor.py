@@ -16,8 +16,9 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from distrl.engine.actor import STOP_SIGNALS, ActorContext, Channels, run_actor
+from distrl.engine.actor import STOP_SIGNALS, ActorContext, run_actor
 from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
+from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutStorage, drain
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,14 @@ class Workers:
         max_restarts, restart_window: the restart budget (``train.max_actor_restarts``,
             ``train.actor_restart_window`` in seconds).
         reseed: ``reseed(actor_id, restart)`` gives the env seed of a restarted actor.
+        target: the actor process's function, ``target(actor_id, context)`` (:func:`run_actor`).
     """
 
     def __init__(self, mp_context, storage: RolloutStorage, channels: Channels, learner: Learner,
                  stats: LearnerStats, max_restarts: int = 10, restart_window: float = 600.0,
-                 reseed: Callable[[int, int], int] | None = None):
+                 reseed: Callable[[int, int], int] | None = None, target: Callable = run_actor):
         self.mp_context = mp_context
+        self.target = target
         self.storage = storage
         self.channels = channels
         self.learner = learner
@@ -81,9 +84,9 @@ class Workers:
         self.causes: dict[int, str] = {}  # actor id -> the last line of its exception
 
     def start(self, actor_contexts: list[ActorContext], num_learners: int, batch_size: int,
-              num_train_steps: int, max_nonfinite_updates: int = 10, check_interval: int = 100) -> None:
+              max_nonfinite_updates: int = 10, check_interval: int = 100) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
-        at ``num_train_steps`` agent steps."""
+        when the learner's schedule has consumed its budget of agent steps."""
         self.contexts = list(actor_contexts)
         for actor_id, ctx in enumerate(self.contexts):
             self.actors.append(self._spawn(actor_id, ctx))
@@ -91,7 +94,7 @@ class Workers:
             thread = threading.Thread(
                 target=run_learner_thread, name=f"distrl-learner-{i}", daemon=True, args=(self.learner,),
                 kwargs=dict(storage=self.storage, stats=self.stats, batch_size=batch_size,
-                            num_train_steps=num_train_steps, policy_version=self.channels.policy_version,
+                            policy_version=self.channels.policy_version,
                             stop=self.learner_stop, errors=self.learner_errors,
                             max_nonfinite_updates=max_nonfinite_updates, check_interval=check_interval),
             )
@@ -99,7 +102,7 @@ class Workers:
             self.learner_threads.append(thread)
 
     def _spawn(self, actor_id: int, ctx: ActorContext):
-        process = self.mp_context.Process(target=run_actor, args=(actor_id, ctx), name=f"distrl-actor-{actor_id}",
+        process = self.mp_context.Process(target=self.target, args=(actor_id, ctx), name=f"distrl-actor-{actor_id}",
                                           daemon=True)
         with handling_signals(STOP_SIGNALS, signal.SIG_IGN):  # the child starts with them ignored
             process.start()

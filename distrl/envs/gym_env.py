@@ -51,15 +51,6 @@ def is_image(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
-def has_image_observations(env_id: str) -> bool:
-    """Whether ``env_id`` (``module:EnvId`` allowed) gives image observations; builds the env once."""
-    env = gym.make(env_id)
-    try:
-        return is_image(env.observation_space)
-    finally:
-        env.close()
-
-
 def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
     """One env of ``cfg.id`` (``render_mode`` as in ``gym.make``): uint8 images are kept as they
     are, any other observation becomes float32."""

@@ -1,4 +1,5 @@
-"""Queues between the trainer and its actor processes that survive a process killed at any moment.
+"""What the trainer and its actor processes share: queues and numbers that survive a process killed
+at any moment, and :class:`Channels`, the set of them one run uses.
 
 ``multiprocessing.Queue`` is unsafe against ``SIGKILL``: a blocking ``get`` holds a lock for as long
 as it waits, ``put`` hands its item to a feeder thread that writes it later, and every lock is a
@@ -11,7 +12,8 @@ its feeder thread blocked on a full pipe.)
 These queues are bare pipes instead. Each item is one ``write`` of at most ``PIPE_BUF`` bytes,
 which Linux makes atomic, so a killed writer leaves either the whole item or none of it, and no
 lock is ever held between system calls. Reads never block (the read end is non-blocking; waits
-are ``poll`` with a timeout), so every wait can check a stop flag.
+are ``poll`` with a timeout), so every wait can check a stop flag. Numbers (the stop flag, the
+policy version, heartbeats) are shared tensors, written and read without a lock.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ import select
 import struct
 import termios
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from distrl.engine.storage import RolloutStorage
 
 INDEX_BYTES = 8
 PIPE_BUF = select.PIPE_BUF  # writes up to this size are atomic (POSIX: at least 512; Linux: 4096)
@@ -164,3 +172,69 @@ class MessageQueue(_Pipe):
 
     def get_nowait(self) -> Any:
         return self.get(0.0)
+
+    def put_nowait(self, obj: Any) -> None:
+        """:meth:`put` (the name ``logging.handlers.QueueHandler`` calls)."""
+        self.put(obj)
+
+
+class SharedValue:
+    """One number in shared memory, read and written without a lock (an aligned 8-byte word):
+    the stop flag and the policy version. Unlike ``multiprocessing.Value``/``Event`` it has no
+    named semaphore to leave behind or to be held by a killed process."""
+
+    def __init__(self, value: int = 0):
+        self.tensor = torch.tensor([value], dtype=torch.int64).share_memory_()
+
+    @property
+    def value(self) -> int:
+        return int(self.tensor[0])
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self.tensor[0] = value
+
+    def set(self) -> None:
+        self.tensor[0] = 1
+
+    def is_set(self) -> bool:
+        return bool(self.tensor[0])
+
+
+@dataclass
+class Channels:
+    """The shared objects between the trainer and its actors (queues of this module and shared
+    tensors only, so that a killed process leaves no lock held and nothing in /dev/shm).
+
+    Attributes:
+        free_queue, full_queue: slot index queues (those of the :class:`RolloutStorage`).
+        owner: ``[N] int32``, the actor holding each slot (the storage's ``owner``).
+        episode_queue: finished episodes as ``(actor_id, return, length)``.
+        error_queue: an actor's exception as ``(actor_id, traceback text)``.
+        log_queue: the actors' log records (:mod:`distrl.logs` writes them to ``actors.log``).
+        stop_event: set by the trainer to stop every actor.
+        policy_version: learner updates so far.
+        heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
+    """
+
+    free_queue: IndexQueue
+    full_queue: IndexQueue
+    owner: torch.Tensor
+    episode_queue: MessageQueue
+    error_queue: MessageQueue
+    log_queue: MessageQueue
+    stop_event: SharedValue
+    policy_version: SharedValue
+    heartbeat: torch.Tensor
+
+    @classmethod
+    def create(cls, storage: RolloutStorage, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
+        return cls(storage.free_queue, storage.full_queue, storage.owner, MessageQueue(mp_context),
+                   MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
+                   torch.zeros(num_actors, dtype=torch.float64).share_memory_())
+
+    def close(self) -> None:
+        """Close this process's ends of the message queues (the slot queues belong to the storage)."""
+        self.episode_queue.close()
+        self.error_queue.close()
+        self.log_queue.close()

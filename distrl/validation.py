@@ -1,0 +1,275 @@
+"""``validate(cfg)``: every bad value of a composed config becomes one clear error before any
+process starts.
+
+The schema (:mod:`distrl.config`) refuses unknown keys and wrong types; this module checks what a
+type cannot express (ranges, env ids, devices, sizes that this machine cannot hold) and raises
+:class:`~distrl.config.ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, NamedTuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from distrl import host
+from distrl.config import ConfigError, EvalConfig, TrainConfig, check_keys
+from distrl.engine.placement import Placement, plan
+from distrl.envs import EnvSpec, env_spec, known_env_id_error
+
+OPTIMIZERS = ("rmsprop", "adam")
+ENTROPY_SCHEDULES = ("constant", "linear")
+ENCODERS = ("nature_cnn", "impala_resnet", "mlp")
+INIT_FNS = ("orthogonal", "xavier_uniform", "default")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+
+
+def _validate_entropy_schedule(schedule: Any) -> None:
+    allowed = (f"{' or '.join(ENTROPY_SCHEDULES)}, or a non-empty list of [agent_steps, factor] points, "
+               f"agent_steps whole numbers >= 0 in non-decreasing order, factors on agent.entropy_cost >= 0: "
+               f"e.g. [[2500000,1.0],[3000000,0.2]]")
+    if isinstance(schedule, str):
+        _check(schedule in ENTROPY_SCHEDULES, "agent.entropy_schedule", schedule, allowed)
+        return
+    points = OmegaConf.to_container(schedule) if OmegaConf.is_config(schedule) else schedule
+    ok = isinstance(points, list) and len(points) > 0 and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float) and not isinstance(x, bool)
+                                                    and x >= 0 for x in p) and float(p[0]).is_integer()
+        for p in points)
+    ok = ok and all(a[0] <= b[0] for a, b in zip(points[:-1], points[1:], strict=True))
+    _check(ok, "agent.entropy_schedule", schedule, allowed)
+
+
+def _positive_int(cfg: DictConfig, key: str) -> None:
+    value = OmegaConf.select(cfg, key)
+    _check(isinstance(value, int) and value > 0, key, value, "must be an integer >= 1")
+
+
+def _auto_or_positive_int(value: Any, key: str) -> None:
+    _check(
+        value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
+        key, value, "'auto' or an integer >= 1",
+    )
+
+
+def validate_env(env: DictConfig) -> None:
+    """Check an env config: a known id and sane preprocessing values.
+
+    Raises:
+        ConfigError: naming ``env.<key>``.
+    """
+    _check(env.kind in ("atari", "gym"), "env.kind", env.kind, "atari or gym")
+    problem = known_env_id_error(env.kind, env.id)
+    if problem:
+        raise ConfigError(f"env.id={env.id!r} is not allowed: {problem}")
+    if env.kind == "atari":
+        _check(env.backend in ("vector", "gymnasium"), "env.backend", env.backend, "vector or gymnasium")
+        _check(not (env.use_fire_reset and env.backend == "gymnasium"), "env.use_fire_reset",
+               env.use_fire_reset, "false with env.backend=gymnasium (only the vector backend has it)")
+        _check(0.0 <= env.repeat_action_probability <= 1.0, "env.repeat_action_probability",
+               env.repeat_action_probability, "a probability in [0, 1]")
+        for key in ("frameskip", "frame_stack", "img_size", "max_episode_steps"):
+            _check(env[key] >= 1, f"env.{key}", env[key], "must be an integer >= 1")
+        _check(env.noop_max >= 0, "env.noop_max", env.noop_max, "must be an integer >= 0")
+        _check(env.async_step in (True, False, "auto"), "env.async_step", env.async_step, "true, false or auto")
+    elif env.max_episode_steps is not None:
+        _check(env.max_episode_steps >= 1, "env.max_episode_steps", env.max_episode_steps,
+               "null or an integer >= 1")
+
+
+def env_creation_error(env_id: str, exc: Exception) -> ConfigError:
+    """The one-line error for an env id that is registered but cannot be created."""
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    return ConfigError(f"env.id={env_id!r} is not allowed: creating it failed: {type(exc).__name__}: {first_line}")
+
+
+def validate_eval(cfg: DictConfig) -> None:
+    """Check an eval config (the checkpoint itself is checked when it is loaded).
+
+    Raises:
+        ConfigError: the first bad value, naming its key and what is allowed.
+    """
+    check_keys(cfg, EvalConfig)
+    if OmegaConf.is_missing(cfg, "ckpt"):
+        raise ConfigError("ckpt is missing: give the checkpoint to score, e.g. distrl eval ckpt=PATH/latest.pt")
+    _check(cfg.num_episodes >= 1, "num_episodes", cfg.num_episodes, "must be an integer >= 1")
+    _check(cfg.video_fps >= 1, "video_fps", cfg.video_fps, "must be an integer >= 1")
+    _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
+    host.resolve_device(cfg.device)
+
+
+# Memory of one actor process, a lower bound used to refuse impossible sizes only. A Pong actor of
+# 16 envs (1 actor, 2-core AMD EPYC, commit c215880) had 379 MiB RSS, 277 MiB PSS and 177 MiB
+# Private_Dirty (/proc/PID/smaps_rollup); no actor needs less than 128 MiB of its own.
+ACTOR_PROCESS_BYTES = 128 * 2**20
+
+
+def _check_sizes(cfg: DictConfig, placement: Placement) -> None:
+    """Refuse sizes that cannot run here before anything is allocated: more actor processes than
+    the process limit or than memory holds, more slots than a slot queue holds."""
+    from distrl.engine.shared import max_indices
+
+    limit = host.process_limit()
+    _check(placement.num_actors <= limit, "num_actors", placement.num_actors,
+           f"at most {limit} processes may be started here (RLIMIT_NPROC, /proc/sys/kernel/threads-max)")
+    available = host.available_memory()
+    need = placement.num_actors * ACTOR_PROCESS_BYTES
+    _check(need <= available, "num_actors", placement.num_actors,
+           f"{placement.num_actors} actor processes need about {need / 2**30:.1f} GiB, more than the "
+           f"{available / 2**30:.1f} GiB of memory available")
+    most = max_indices()
+    _check(placement.num_storages <= most, "num_storages", placement.num_storages,
+           f"at most {most} slots (a slot queue is a pipe of /proc/sys/fs/pipe-max-size bytes, 8 per slot)")
+
+
+def _validate_distributed(cfg: DictConfig, placement: Placement) -> None:
+    dist = cfg.distributed
+    _positive_int(cfg, "distributed.nproc_per_node")
+    _positive_int(cfg, "distributed.check_interval")
+    _check(dist.backend in ("auto", "gloo", "nccl"), "distributed.backend", dist.backend, "auto, gloo or nccl")
+    _check(dist.timeout > 0, "distributed.timeout", dist.timeout, "a number of seconds > 0")
+    _check(dist.max_restarts >= 0, "distributed.max_restarts", dist.max_restarts, "an integer >= 0")
+    _check(dist.backend != "nccl" or placement.device.type == "cuda", "distributed.backend", dist.backend,
+           "auto or gloo with a CPU learner (nccl moves CUDA tensors only)")
+    if host.world_size(cfg) == 1:
+        return
+    _check(cfg.num_learners == 1, "num_learners", cfg.num_learners,
+           "1 with several ranks (each rank's one learner joins the gradient all-reduce)")
+    if "WORLD_SIZE" in os.environ:  # under torchrun: this rank's share is checked by the rank itself
+        return
+    nproc = dist.nproc_per_node
+    cores = host.cpu_count()
+    _check(nproc <= cores, "distributed.nproc_per_node", nproc,
+           f"at most the {cores} cores this command may use (each rank needs a core of its own)")
+    if placement.device.type == "cuda":
+        import torch
+
+        _check(nproc <= torch.cuda.device_count(), "distributed.nproc_per_node", nproc,
+               f"at most one rank per GPU with device={cfg.device}: this machine has {torch.cuda.device_count()}")
+
+
+class Validated(NamedTuple):
+    """What validating a train config found out, so that nothing is probed twice.
+
+    Attributes:
+        placement: the resolved sizing (:func:`distrl.engine.placement.plan`).
+        spec: the env's observation and action facts (one env was built to learn them).
+    """
+
+    placement: Placement
+    spec: EnvSpec
+
+
+def validate(cfg: DictConfig) -> Validated:
+    """Check every value of a composed train config (once per command: the trainer takes the
+    result instead of checking again).
+
+    Returns:
+        The placement and the env spec the checks resolved.
+
+    Raises:
+        ConfigError: the first bad value, naming its key and what is allowed.
+    """
+    check_keys(cfg, TrainConfig)
+    validate_env(cfg.env)
+    _validate_run(cfg)
+    placement = plan(cfg)
+    _validate_sizes(cfg, placement)
+    _validate_distributed(cfg, placement)
+    _validate_agent(cfg.agent)
+    spec = _validate_model(cfg)
+    _validate_slots_memory(cfg, placement, spec)
+    path = cfg.train.init_model_path
+    _check(path is None or os.path.isfile(path), "train.init_model_path", path,
+           "null or the path of an existing checkpoint file")
+    return Validated(placement, spec)
+
+
+def _validate_run(cfg: DictConfig) -> None:
+    """The top-level sizes and the ``train`` block."""
+    _auto_or_positive_int(cfg.num_actors, "num_actors")
+    _auto_or_positive_int(cfg.num_storages, "num_storages")
+    _auto_or_positive_int(cfg.learner_threads, "learner_threads")
+    _check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
+    for key in ("num_steps", "num_learners", "batch_size", "envs_per_actor",
+                "train.num_train_steps", "train.log_interval", "train.eval_interval",
+                "train.save_interval", "train.keep_checkpoints"):
+        _positive_int(cfg, key)
+    value = cfg.train.num_eval_episodes
+    _check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
+    _positive_int(cfg, "train.max_nonfinite_updates")
+    value = cfg.train.max_actor_restarts
+    _check(isinstance(value, int) and value >= 0, "train.max_actor_restarts", value, "must be an integer >= 0")
+    for key in ("stall_timeout", "actor_restart_window"):
+        value = cfg.train[key]
+        _check(value > 0 and math.isfinite(value), f"train.{key}", value, "a number of seconds > 0")
+    _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
+    _check(cfg.resume is False or cfg.resume is None or isinstance(cfg.resume, str), "resume", cfg.resume,
+           "auto, false, or the path of a checkpoint or run directory")
+
+
+def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
+    _check_sizes(cfg, placement)
+    # Every stepping env always holds a slot; each learner must be able to collect B more. With
+    # fewer, async stepping (half the envs hand in slots at a time) or several learners (each
+    # holding a partial batch) wait on each other forever.
+    need = placement.stepping + cfg.batch_size * cfg.num_learners
+    _check(
+        placement.num_storages >= need, "num_storages", placement.num_storages,
+        f"must be >= num_actors x envs_per_actor + batch_size x num_learners "
+        f"({placement.stepping} + {cfg.batch_size} x {cfg.num_learners}): use at least {need}",
+    )
+
+
+def _validate_agent(agent: DictConfig) -> None:
+    _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
+    _validate_entropy_schedule(agent.entropy_schedule)
+    for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
+        _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
+    _check(isinstance(agent.num_epochs, int) and agent.num_epochs > 0, "agent.num_epochs", agent.num_epochs,
+           "must be an integer >= 1")
+    _check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")
+    for key in ("entropy_cost", "baseline_cost", "momentum"):
+        _check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")
+    _check(0 <= agent.discount <= 1, "agent.discount", agent.discount, "a number in [0, 1]")
+    _check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
+    _check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
+           agent.reward_clip, "null or a number > 0")
+
+
+def _validate_model(cfg: DictConfig) -> EnvSpec:
+    """The model's keys, and whether its encoder fits the env's observations (which takes building
+    the env once: its spec is returned)."""
+    model = cfg.model
+    _check(model.encoder in ENCODERS, "model.encoder", model.encoder, ", ".join(ENCODERS))
+    _check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
+    for key in ("feature_dim", "hidden_dim"):
+        _positive_int(cfg, f"model.{key}")
+    try:
+        spec = env_spec(cfg.env)
+    except Exception as exc:
+        raise env_creation_error(cfg.env.id, exc) from exc
+    _check(
+        (model.encoder != "mlp") == spec.is_image, "model.encoder", model.encoder,
+        "nature_cnn or impala_resnet for image observations (env=atari, env=image_cue), "
+        "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
+    )
+    return spec
+
+
+def _validate_slots_memory(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> None:
+    """The rollout slots must fit in the shared memory this machine has free."""
+    from distrl.engine.storage import RolloutLayout
+
+    nbytes = RolloutLayout.for_run(cfg, spec).nbytes(placement.num_storages)
+    room = host.shared_memory_room()
+    _check(nbytes <= room, "num_storages", placement.num_storages,
+           f"the slots need {nbytes / 2**30:.1f} GiB of shared memory, more than the {room / 2**30:.1f} GiB "
+           f"free here (/dev/shm, MemAvailable)")

@@ -1,0 +1,82 @@
+"""The queues between the trainer and its actors, in one process and its children: what a killed
+writer leaves, how many slots a run may have, and that thousands of them come and go cleanly."""
+
+import multiprocessing
+import os
+import queue
+import signal
+import time
+
+import pytest
+import torch
+
+from distrl.engine.shared import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, max_indices
+from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
+
+CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
+
+
+def _put_forever(q, start: int) -> None:
+    i = start
+    while True:
+        q.put(i)
+        i += 1
+
+
+def test_a_writer_killed_mid_put_leaves_whole_records_and_no_lock():
+    """SIGKILLed while it writes as fast as it can, an index writer leaves only whole records; a
+    message writer too; and the queues still work for everyone else."""
+    indices, messages = IndexQueue(1 << 14, CTX), MessageQueue(CTX, capacity_bytes=1 << 16)
+    writers = [CTX.Process(target=_put_forever, args=(indices, 0)),
+               CTX.Process(target=_put_forever, args=(messages, 10**9))]
+    for p in writers:
+        p.start()
+    time.sleep(0.3)
+    for p in writers:
+        os.kill(p.pid, signal.SIGKILL)
+        p.join()
+    # every index the writer got in is there once, in order, each a whole 8-byte record
+    got = drain(indices)
+    assert got == list(range(len(got))) and len(got) > 100
+    got = drain(messages)
+    assert got == list(range(10**9, 10**9 + len(got))) and len(got) > 100
+    indices.put(7)
+    messages.put(("after", 1))
+    assert indices.get(timeout=1) == 7 and messages.get(timeout=1) == ("after", 1)
+
+
+def test_waits_time_out_and_oversized_messages_are_refused():
+    q = IndexQueue(4, CTX)
+    start = time.monotonic()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.2)
+    assert 0.15 < time.monotonic() - start < 2
+    m = MessageQueue(CTX)
+    with pytest.raises(ValueError, match="atomically"):
+        m.put("x" * PIPE_BUF)
+    with pytest.raises(queue.Empty):
+        m.get_nowait()
+
+
+def test_thousands_of_slots_are_allocated_accounted_for_and_released():
+    """A queue holds every slot index at once (a run with 6,000 slots once never exited, its
+    multiprocessing.Queue's feeder thread blocked on a full pipe)."""
+    assert max_indices() >= 6000
+    layout = RolloutLayout(num_steps=20, obs_shape=(4,), obs_dtype=torch.float32, num_actions=2)
+    storage = RolloutStorage(layout, 6000, CTX)
+    assert storage.free_queue.qsize() == 6000
+    taken = [storage.free_queue.get() for _ in range(100)]
+    for index in taken[:50]:
+        storage.full_queue.put(index)
+    storage.owner[taken[50:]] = 3  # held by actor 3, which died
+    assert sorted(storage.release_owned(3)) == sorted(taken[50:])
+    assert storage.reclaim() == list(range(6000))  # every index once
+    storage.close()
+
+
+def test_a_shared_value_is_seen_by_a_child():
+    flag = SharedValue(0)
+    child = CTX.Process(target=flag.set)
+    child.start()
+    child.join()
+    assert flag.is_set() and flag.value == 1

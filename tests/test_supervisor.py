@@ -1,0 +1,98 @@
+"""The supervisor's restart budget, with real short-lived processes instead of actors: a dead actor's
+slots come back and it is restarted with fresh seeds, until the budget is spent."""
+
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from distrl.engine.actor import ActorContext
+from distrl.engine.learner import LearnerStats
+from distrl.engine.shared import Channels
+from distrl.engine.storage import RolloutLayout, RolloutStorage
+from distrl.engine.supervisor import ActorFailure, LearnerFailure, Workers
+
+CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
+
+
+def _raises(actor_id: int, ctx: ActorContext) -> None:
+    """An actor whose env raises at once: it reports the traceback, as run_actor does, and exits 1."""
+    ctx.channels.error_queue.put((actor_id, f"Traceback...\nRuntimeError: the emulator broke (seed {ctx.seed})"))
+    os._exit(1)
+
+
+def _sleeps(actor_id: int, ctx: ActorContext) -> None:
+    time.sleep(60)
+
+
+def workers(target, max_restarts: int, window: float = 600.0):
+    layout = RolloutLayout(num_steps=4, obs_shape=(3,), obs_dtype=torch.float32, num_actions=2)
+    storage = RolloutStorage(layout, 8, CTX)
+    channels = Channels.create(storage, CTX, 1)
+    ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, buffers=storage.buffers,
+                       channels=channels, parent_pid=os.getpid())
+    w = Workers(CTX, storage, channels, learner=None, stats=LearnerStats(), max_restarts=max_restarts,
+                restart_window=window, reseed=lambda actor_id, restart: 100 + 1000 * restart, target=target)
+    w.contexts = [ctx]
+    w.actors = [w._spawn(0, ctx)]
+    return w, storage
+
+
+def finish(w: Workers) -> None:
+    """Stop as the trainer does (the stand-ins ignore the stop flag: kill them first, not after 5 s)."""
+    for process in w.actors:
+        process.kill()
+    w.stop()
+    w.close()
+
+
+def check_until(w: Workers, restarts: int) -> None:
+    deadline = time.monotonic() + 20
+    while w.restarts < restarts:
+        assert time.monotonic() < deadline, f"{w.restarts} restarts"
+        w.check()
+        time.sleep(0.02)
+
+
+def test_a_dead_actor_is_restarted_with_fresh_seeds_and_its_slots_return(caplog):
+    w, storage = workers(_sleeps, max_restarts=3)
+    held = [storage.free_queue.get() for _ in range(3)]
+    storage.owner[held] = 0  # the actor holds three slots when it is killed
+    os.kill(w.actors[0].pid, signal.SIGKILL)
+    check_until(w, 1)
+    assert "actor 0 died (killed by SIGKILL): restarted (restart 1 of the run), env seed 1100; 3 slot(s)" \
+           in caplog.text
+    assert w.actors[0].is_alive() and w.contexts[0].seed == 1100
+    assert storage.free_queue.qsize() == 8 and (storage.owner == -1).all()
+    assert "actor 0 (pid" in w.report()[0] and "slots: 8 free, 0 full" in w.report()[1]
+    finish(w)
+
+
+def test_the_restart_budget_stops_an_env_that_always_fails():
+    w, storage = workers(_raises, max_restarts=2)
+    with pytest.raises(ActorFailure) as failure:
+        check_until(w, 99)
+    message = str(failure.value)
+    assert "actor 0 died (RuntimeError: the emulator broke (seed 2100))" in message
+    assert "after 2 actor restarts within 600 s (train.max_actor_restarts=2" in message
+    assert w.restarts == 2
+    finish(w)
+
+
+def test_restarts_outside_the_window_do_not_count():
+    w, _ = workers(_raises, max_restarts=1, window=0.3)
+    for restart in range(1, 4):  # each comes after the window of the one before
+        check_until(w, restart)
+        time.sleep(0.4)
+    finish(w)
+
+
+def test_a_learner_error_is_raised_by_check():
+    w, _ = workers(_sleeps, max_restarts=1)
+    w.learner_errors.append(ValueError("the batch was empty"))
+    with pytest.raises(LearnerFailure, match="learner raised ValueError: the batch was empty"):
+        w.check()
+    finish(w)
