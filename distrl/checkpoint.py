@@ -7,7 +7,9 @@ A checkpoint is a dict of tensors and plain Python values, so it loads with
 ``agent_steps``, ``frames``, ``updates``, ``last_eval_step``,
 ``last_save_step``, ``best_eval_return``, ``config`` (the resolved config
 as a plain container), ``rng`` (torch, numpy and Python RNG states as
-tensors/lists), ``obs_shape``, ``num_actions``. The learning rate and the
+tensors/lists), ``obs_shape``, ``num_actions``, ``pretraining`` (a reward-free
+run's) and, with an intrinsic reward, ``intrinsic`` (its networks, running
+statistics and optimizer: :mod:`distrl.intrinsic`). The learning rate and the
 entropy cost follow from the agent steps (:mod:`distrl.engine.schedule`), so
 a resumed run restores its position from them alone; checkpoints of earlier
 versions also hold a ``scheduler`` entry, which is not needed.
@@ -231,11 +233,26 @@ def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> 
         return f"observation shape {tuple(state.get('obs_shape', []))} in the checkpoint, {tuple(obs_shape)} here"
     if state.get("num_actions") != num_actions:
         return f"{state.get('num_actions')} actions in the checkpoint, {num_actions} here"
+    saved_intrinsic = state["config"].get("intrinsic", {}).get("name", "none")
+    here = cfg.get("intrinsic", {}).get("name", "none")
+    if saved_intrinsic != here:
+        return f"intrinsic={saved_intrinsic} in the checkpoint, intrinsic={here} here"
     saved = state["config"].get("model", {})
     for key in MODEL_KEYS:
         if saved.get(key) != cfg.model[key]:
             return f"model.{key}={saved.get(key)!r} in the checkpoint, {cfg.model[key]!r} here"
     return None
+
+
+def checkpoint_file(path: str | os.PathLike) -> Path:
+    """``path`` itself, or for a run directory its ``checkpoints/latest.pt`` (or ``latest.pt``
+    directly inside it) when there is one."""
+    path = Path(path)
+    if path.is_dir():
+        for candidate in (path / "checkpoints" / "latest.pt", path / "latest.pt"):
+            if candidate.is_file():
+                return candidate
+    return path
 
 
 def find_resume_checkpoint(resume: Any, run_dir: str | os.PathLike) -> Path | None:
@@ -254,8 +271,7 @@ def find_resume_checkpoint(resume: Any, run_dir: str | os.PathLike) -> Path | No
     if resume == "auto":
         latest = Path(run_dir) / "checkpoints" / "latest.pt"
         return latest if latest.is_file() else None
-    path = Path(str(resume))
-    for candidate in (path, path / "checkpoints" / "latest.pt", path / "latest.pt"):
-        if candidate.is_file():
-            return candidate
+    path = checkpoint_file(str(resume))
+    if path.is_file():
+        return path
     raise CheckpointError(f"resume={resume}: no checkpoint there (give a .pt file or a run directory)")

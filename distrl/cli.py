@@ -13,7 +13,7 @@ commands:
 
 'distrl train --help' lists the config groups and every key with its default."""
 
-GROUPS = ("env", "model", "agent", "experiment")
+GROUPS = ("env", "model", "agent", "intrinsic", "experiment")
 
 
 class Terminated(KeyboardInterrupt):

@@ -85,6 +85,19 @@ class ModelConfig:
 
 
 @dataclass
+class IntrinsicConfig:
+    """An intrinsic reward for exploration (:mod:`distrl.intrinsic`); values in conf/intrinsic/."""
+
+    name: str = MISSING  # none | rnd | re3
+    coef: float = MISSING  # the intrinsic reward's weight beside the extrinsic one
+    coef_schedule: Any = MISSING  # constant | [[agent_steps, factor], ...] on coef
+    embed_dim: int = MISSING  # the random network's output features
+    lr: float = MISSING  # the trained network's Adam learning rate (rnd)
+    k: int = MISSING  # the nearest neighbour whose distance is the reward (re3)
+    memory: int = MISSING  # embeddings of earlier batches among the neighbours (re3)
+
+
+@dataclass
 class TrainBlock:
     """Schedule of a run; every step count and interval is in agent steps."""
 
@@ -100,6 +113,7 @@ class TrainBlock:
     max_actor_restarts: int = MISSING
     actor_restart_window: float = MISSING  # seconds
     max_nonfinite_updates: int = MISSING
+    pretraining: bool = MISSING  # reward-free: the intrinsic reward alone
 
 
 @dataclass
@@ -120,6 +134,7 @@ class TrainConfig:
     env: Any = MISSING
     agent: AgentConfig = MISSING
     model: ModelConfig = MISSING
+    intrinsic: IntrinsicConfig = MISSING
     train: TrainBlock = MISSING
     distributed: DistributedConfig = MISSING
     tag: str = MISSING
@@ -164,8 +179,8 @@ class EvalConfig:
 def _nested_schemas(cfg: DictConfig, schema: type) -> dict[str, type]:
     if schema is TrainConfig:
         env = AtariEnvConfig if cfg.get("env", {}).get("kind") == "atari" else GymEnvConfig
-        return {"env": env, "agent": AgentConfig, "model": ModelConfig, "train": TrainBlock,
-                "distributed": DistributedConfig}
+        return {"env": env, "agent": AgentConfig, "model": ModelConfig, "intrinsic": IntrinsicConfig,
+                "train": TrainBlock, "distributed": DistributedConfig}
     if schema is EvalConfig:
         return {"env": EvalEnvOverrides}
     return {}
@@ -214,6 +229,7 @@ def register_configs() -> None:
     cs.store(group="env", name="gym_schema", node=GymEnvConfig)
     cs.store(group="agent", name="impala_schema", node=AgentConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="intrinsic", name="intrinsic_schema", node=IntrinsicConfig)
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train",

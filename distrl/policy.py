@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -376,9 +377,25 @@ class DistributedActorLearner(nn.Module):
         for actor_p, learner_p in zip(self.actor.parameters(), self.learner.parameters(), strict=True):
             actor_p.copy_(learner_p, non_blocking=False)
 
-    def save(self, path: str) -> None:
-        """Write the learner's ``state_dict`` to ``path`` (weights only)."""
+    def save(self, path: str | Path, pretraining: bool = False, global_step: int | None = None) -> Path:
+        """Write the learner's ``state_dict`` (weights only; :meth:`load` and
+        ``train.init_model_path`` read it).
+
+        Args:
+            path: the file to write; with ``global_step``, the directory to write into.
+            pretraining: the weights come from reward-free pretraining (names the file, below).
+            global_step: agent steps trained: the file is ``path/pretrained_<global_step>.pth``
+                with ``pretraining``, else ``path/agent_<global_step>.pth`` (rllte's names).
+
+        Returns:
+            The path written.
+        """
+        path = Path(path)
+        if global_step is not None:
+            path.mkdir(parents=True, exist_ok=True)
+            path = path / f"{'pretrained' if pretraining else 'agent'}_{int(global_step)}.pth"
         torch.save(self.learner.state_dict(), path)
+        return path
 
     def load(self, path: str, device: Any = "cpu") -> None:
         """Load weights saved by :meth:`save`, or the model of a distrl checkpoint, into both copies.

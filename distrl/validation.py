@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig, OmegaConf
 
 from distrl import host
+from distrl.checkpoint import checkpoint_file
 from distrl.config import ConfigError, EvalConfig, TrainConfig, check_keys
 from distrl.engine.placement import Placement, plan
 from distrl.envs import EnvSpec, env_spec, known_env_id_error
@@ -31,12 +32,13 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
-def _validate_entropy_schedule(schedule: Any) -> None:
-    allowed = (f"{' or '.join(ENTROPY_SCHEDULES)}, or a non-empty list of [agent_steps, factor] points, "
-               f"agent_steps whole numbers >= 0 in non-decreasing order, factors on agent.entropy_cost >= 0: "
+def _validate_entropy_schedule(schedule: Any, key: str = "agent.entropy_schedule",
+                               names: tuple[str, ...] = ENTROPY_SCHEDULES, on: str = "agent.entropy_cost") -> None:
+    allowed = (f"{' or '.join(names)}, or a non-empty list of [agent_steps, factor] points, "
+               f"agent_steps whole numbers >= 0 in non-decreasing order, factors on {on} >= 0: "
                f"e.g. [[2500000,1.0],[3000000,0.2]]")
     if isinstance(schedule, str):
-        _check(schedule in ENTROPY_SCHEDULES, "agent.entropy_schedule", schedule, allowed)
+        _check(schedule in names, key, schedule, allowed)
         return
     points = OmegaConf.to_container(schedule) if OmegaConf.is_config(schedule) else schedule
     ok = isinstance(points, list) and len(points) > 0 and all(
@@ -44,7 +46,7 @@ def _validate_entropy_schedule(schedule: Any) -> None:
                                                     and x >= 0 for x in p) and float(p[0]).is_integer()
         for p in points)
     ok = ok and all(a[0] <= b[0] for a, b in zip(points[:-1], points[1:], strict=True))
-    _check(ok, "agent.entropy_schedule", schedule, allowed)
+    _check(ok, key, schedule, allowed)
 
 
 def _positive_int(cfg: DictConfig, key: str) -> None:
@@ -185,10 +187,11 @@ def validate(cfg: DictConfig) -> Validated:
     _validate_distributed(cfg, placement)
     _validate_agent(cfg.agent)
     spec = _validate_model(cfg)
+    _validate_intrinsic(cfg, spec)
     _validate_slots_memory(cfg, placement, spec)
     path = cfg.train.init_model_path
-    _check(path is None or os.path.isfile(path), "train.init_model_path", path,
-           "null or the path of an existing checkpoint file")
+    _check(path is None or checkpoint_file(path).is_file(), "train.init_model_path", path,
+           "null, a checkpoint file, or a run directory with checkpoints/latest.pt")
     return Validated(placement, spec)
 
 
@@ -262,6 +265,30 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
         "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
     )
     return spec
+
+
+def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
+    """The ``intrinsic`` group, ``train.pretraining``, and whether a module's encoder fits the observations."""
+    from distrl.intrinsic import NAMES
+
+    intrinsic = cfg.intrinsic
+    _check(intrinsic.name in NAMES, "intrinsic.name", intrinsic.name, ", ".join(NAMES))
+    _check(intrinsic.coef >= 0 and math.isfinite(intrinsic.coef), "intrinsic.coef", intrinsic.coef,
+           "a number >= 0")
+    _validate_entropy_schedule(intrinsic.coef_schedule, "intrinsic.coef_schedule", ("constant",), "intrinsic.coef")
+    for key in ("embed_dim", "k", "memory"):
+        _positive_int(cfg, f"intrinsic.{key}")
+    _check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")
+    if intrinsic.name == "re3":
+        most = cfg.num_steps * cfg.batch_size - 1
+        _check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,
+               f"at most T x B - 1 = {most}: the first batch's neighbours are its other observations")
+    _check(not cfg.train.pretraining or intrinsic.name != "none", "train.pretraining", cfg.train.pretraining,
+           "true needs an intrinsic reward to train on: add intrinsic=rnd or intrinsic=re3")
+    if intrinsic.name != "none":
+        _check(len(spec.obs_shape) in (1, 3), "intrinsic", intrinsic.name,
+               f"none for observations of shape {tuple(spec.obs_shape)}: its encoders take [C, H, W] images "
+               f"or flat vectors")
 
 
 def _validate_slots_memory(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> None:

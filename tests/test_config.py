@@ -29,14 +29,14 @@ def test_the_config_groups_are_there():
 @pytest.mark.parametrize("env", options("env"))
 @pytest.mark.parametrize("agent", options("agent"))
 def test_every_env_and_agent_composes_and_validates(env, agent):
-    cfg = compose_train([f"env={env}", f"agent={agent}", *(["model=mlp"] if env == "gym" else [])])
+    cfg = compose_train([f"env={env}", f"agent={agent}", *(["model=mlp"] if env in ("gym", "sparse_chain") else [])])
     validate(cfg)
     assert cfg.env.kind in ("atari", "gym")
 
 
 @pytest.mark.parametrize("model", options("model"))
 def test_every_model_composes_with_a_matching_env(model):
-    envs = ["gym"] if model == "mlp" else ["atari", "image_cue", "image_cue_memory"]
+    envs = ["gym", "sparse_chain"] if model == "mlp" else ["atari", "image_cue", "image_cue_memory"]
     for env in envs:
         cfg = compose_train([f"env={env}", f"model={model}"])
         validate(cfg)

@@ -21,7 +21,7 @@ def test_wheel_install_runs_from_another_directory(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import distrl; print(distrl.__file__)"], cwd=tmp_path,
                            env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(site)), where
-    for group in ("env", "agent", "model", "experiment"):  # every config group is in the wheel
+    for group in ("env", "agent", "model", "experiment", "intrinsic"):  # every config group is in the wheel
         assert sorted(p.name for p in (site / "distrl" / "conf" / group).glob("*.yaml")) == sorted(
             p.name for p in (REPO / "conf" / group).glob("*.yaml")), group
 

@@ -1,5 +1,6 @@
 """``distrl train`` end to end on real envs: through the real command (Pong), and through the trainer
-in this process (CartPole with an LSTM, Pong on Gymnasium's wrappers with the IMPALA ResNet).
+in this process (CartPole with an LSTM; in the long tier, Pong on Gymnasium's wrappers with the
+IMPALA ResNet).
 
 Each run combines settings that once hung or broke apart, so that one run checks several."""
 
@@ -112,6 +113,7 @@ def test_cartpole_lstm_two_learners_time_limit_and_a_linear_entropy_cost(tmp_pat
     assert costs == sorted(costs, reverse=True) and costs[-1] < 0.3 * agent["entropy_cost"] < costs[0]
 
 
+@pytest.mark.long
 def test_pong_on_gymnasium_wrappers_with_the_impala_resnet(tmp_path):
     """In this process: ``env.backend=gymnasium`` (Gymnasium's Atari wrappers instead of ale-py's
     vector env) and the IMPALA ResNet, evaluated once."""
@@ -139,11 +141,11 @@ def test_cartpole_compiled(tmp_path):
 
 def test_multirun_gives_one_complete_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
-    done = run_distrl(["train", "-m", "seed=1,2", *TINY_CARTPOLE, "train.num_train_steps=600",
+    done = run_distrl(["train", "-m", "seed=1,2", *TINY_CARTPOLE, "num_actors=1", "train.num_train_steps=400",
                        "train.num_eval_episodes=1", f"hydra.sweep.dir={sweep}"], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.alive_children() == []
     for job, seed in (("0", 1), ("1", 2)):
         state = load_checkpoint(sweep / job / "checkpoints" / "latest.pt")
         assert state["config"]["seed"] == seed
-        check_run(sweep / job, 600)
+        check_run(sweep / job, 400)

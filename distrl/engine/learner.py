@@ -7,9 +7,11 @@ published into the actors' copy). The loss is IMPALA's (Espeholt et al. 2018, Se
 gradient with V-trace advantages, ``baseline_cost`` x the squared error to the V-trace targets
 ``vs``, and ``entropy_cost`` x the negative entropy, each averaged over the ``T x B`` steps of the
 batch (IMPALA sums them; :mod:`distrl.vtrace` says why distrl averages). Rewards are clipped to
-``[-reward_clip, reward_clip]`` in the loss only. The learning rate and the entropy cost of each
-update come from :class:`distrl.engine.schedule.Schedule` at the learner's update count, the one
-counter of a run. An update makes ``num_epochs`` optimizer steps on its batch.
+``[-reward_clip, reward_clip]`` in the loss only; with an intrinsic reward (:mod:`distrl.intrinsic`)
+V-trace sees ``clipped r_ext + coef x normalised r_int`` (``r_int`` alone when pretraining). The
+learning rate, the entropy cost and the intrinsic reward's weight of each update come from
+:class:`distrl.engine.schedule.Schedule` at the learner's update count, the one counter of a run.
+An update makes ``num_epochs`` optimizer steps on its batch.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from distrl import vtrace
 from distrl.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import BOOTSTRAP, STEPS, RolloutStorage
+from distrl.intrinsic import IntrinsicReward
 from distrl.policy import DistributedActorLearner
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,8 @@ class Learner:
         compile: wrap the learner network in ``torch.compile``.
         ranks: with several ranks, gradients are averaged across them before every step
             (:mod:`distrl.distributed`).
+        intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
+        pretraining: the extrinsic reward is left out of the loss (reward-free training).
 
     Attributes:
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
@@ -71,8 +76,11 @@ class Learner:
     """
 
     def __init__(self, policy: DistributedActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
-                 agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None):
+                 agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None,
+                 intrinsic: IntrinsicReward | None = None, pretraining: bool = False):
         self.policy = policy
+        self.intrinsic = intrinsic
+        self.pretraining = pretraining
         self.ranks = ranks or Ranks()
         self.optimizer = optimizer
         self.schedule = schedule
@@ -111,17 +119,29 @@ class Learner:
         skips that optimizer step and the epochs after it (the weights and the optimizer state stay
         as the last finite step left them; the count still advances).
 
+        With an intrinsic reward module, its rewards are computed once, before the epochs, and the
+        module is trained on the batch after them (not after a non-finite update).
+
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
             "finite", "publish_seconds"}``: the first epoch's losses and gradient norm (the batch
             against the weights it found), or those of the non-finite epoch, floats;
             ``learning_rate`` and ``entropy_cost`` those this update used; ``finite`` a bool;
-            ``publish_seconds`` the wall time of copying the weights to the actors.
+            ``publish_seconds`` the wall time of copying the weights to the actors. With an
+            intrinsic reward also ``intrinsic_reward_raw`` and ``intrinsic_reward`` (mean per step,
+            before and after normalisation), ``intrinsic_coef`` and ``intrinsic_loss`` (the
+            module's own loss; 0 for a module that trains nothing).
         """
         with self.lock:
             position = self.position
+            intrinsic = {}
+            if self.intrinsic is not None:
+                raw, normalised = self.intrinsic.rewards(batch)
+                batch = {**batch, "intrinsic_reward": normalised}
+                intrinsic = {"intrinsic_reward_raw": raw.mean().item(), "intrinsic_reward": normalised.mean().item(),
+                             "intrinsic_coef": position.intrinsic_coef}
             for epoch in range(self.agent.num_epochs):
-                scalars, finite = self._optimizer_step(batch, position.entropy_cost, stop)
+                scalars, finite = self._optimizer_step(batch, position.entropy_cost, stop, position.intrinsic_coef)
                 if epoch == 0 or not finite:
                     reported = scalars
                 if not finite:
@@ -130,13 +150,19 @@ class Learner:
             if finite or epoch > 0:  # at least one optimizer step was made
                 self.policy.publish()
             publish_seconds = time.perf_counter() - publish_start
+            if intrinsic:
+                loss = self.intrinsic.update(batch) if finite else None
+                intrinsic["intrinsic_loss"] = 0.0 if loss is None else loss
             self.updates += 1
         return {**dict(zip(LOSS_NAMES, reported, strict=True)), "learning_rate": position.learning_rate,
-                "entropy_cost": position.entropy_cost, "finite": finite, "publish_seconds": publish_seconds}
+                "entropy_cost": position.entropy_cost, "finite": finite, "publish_seconds": publish_seconds,
+                **intrinsic}
 
-    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float) -> tuple[torch.Tensor, ...]:
+    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
+             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
         """IMPALA's loss on ``batch``: ``(total, policy, value, entropy)``, scalar tensors averaged over
-        the ``T x B`` steps.
+        the ``T x B`` steps. With ``batch["intrinsic_reward"]`` (``[T, B]``, normalised) the reward is
+        the clipped extrinsic one (none when pretraining) plus ``intrinsic_coef`` times it.
 
         The network runs on all T+1 rows with the weights of this moment; the loss uses rows
         :data:`STEPS` and bootstraps from the value of row :data:`BOOTSTRAP` (the layout is
@@ -150,6 +176,10 @@ class Learner:
         rewards = batch["reward"][STEPS]
         if agent.reward_clip is not None:
             rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
+        if self.pretraining:
+            rewards = torch.zeros_like(rewards)
+        if "intrinsic_reward" in batch:
+            rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         actions = batch["action"][STEPS]
         targets = vtrace.vtrace_from_logits(
             behaviour_logits=batch["policy_logits"][STEPS], target_logits=logits, actions=actions,
@@ -164,11 +194,11 @@ class Learner:
         return total, pg_loss, value_loss, entropy_loss
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-                        stop: threading.Event | None) -> tuple[list[float], bool]:
+                        stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[list[float], bool]:
         """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
         Returns ``[total, policy, value, entropy, grad_norm]`` (the norm before clipping) and whether
         the step was made."""
-        losses = self.loss(batch, entropy_cost)
+        losses = self.loss(batch, entropy_cost, intrinsic_coef)
         self.optimizer.zero_grad(set_to_none=True)
         losses[0].backward()
         parameters = list(self.policy.learner.parameters())

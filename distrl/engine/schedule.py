@@ -29,6 +29,7 @@ class Position:
         policy_version: the version of the weights the actors act with (= ``updates``).
         learning_rate: the learning rate of the next update.
         entropy_cost: the entropy cost of the next update.
+        intrinsic_coef: the weight of the normalised intrinsic reward in the next update.
     """
 
     updates: int
@@ -37,6 +38,7 @@ class Position:
     policy_version: int
     learning_rate: float
     entropy_cost: float
+    intrinsic_coef: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Schedule:
         entropy_cost: ``agent.entropy_cost``.
         entropy_schedule: ``agent.entropy_schedule``: ``constant``, ``linear`` or a list of
             ``[agent_steps, factor]`` points (:func:`entropy_factor`).
+        intrinsic_coef: ``intrinsic.coef`` (0 without an intrinsic reward).
+        intrinsic_schedule: ``intrinsic.coef_schedule``: ``constant`` or a list of points.
     """
 
     steps_per_update: int
@@ -62,15 +66,17 @@ class Schedule:
     lr_warmup_steps: int
     entropy_cost: float
     entropy_schedule: Any
+    intrinsic_coef: float = 0.0
+    intrinsic_schedule: Any = "constant"
 
     @classmethod
     def for_run(cls, cfg: DictConfig, world_size: int = 1, frameskip: int = 1) -> Schedule:
         """The schedule of train config ``cfg`` on ``world_size`` ranks."""
-        schedule = cfg.agent.entropy_schedule
-        if OmegaConf.is_config(schedule):
-            schedule = tuple(tuple(point) for point in OmegaConf.to_container(schedule))
+        intrinsic = cfg.get("intrinsic") or {"name": "none"}
+        coef = 0.0 if intrinsic["name"] == "none" else intrinsic["coef"]
         return cls(cfg.num_steps * cfg.batch_size * world_size, cfg.train.num_train_steps, frameskip,
-                   cfg.agent.lr, cfg.agent.lr_warmup_steps, cfg.agent.entropy_cost, schedule)
+                   cfg.agent.lr, cfg.agent.lr_warmup_steps, cfg.agent.entropy_cost,
+                   _points(cfg.agent.entropy_schedule), coef, _points(intrinsic.get("coef_schedule", "constant")))
 
     def at(self, updates: int) -> Position:
         """Where the run is after ``updates`` updates, and the learning rate and entropy cost of
@@ -80,7 +86,8 @@ class Schedule:
         agent steps (counting the next update's) x a linear decay to 0 at ``num_train_steps``
         (docs/learning.md, "The first updates", says why the warm-up). The entropy cost is
         ``entropy_cost`` with ``constant``, times that decay (not the warm-up) with ``linear``,
-        times :func:`entropy_factor` at the agent steps consumed with a list of points.
+        times :func:`entropy_factor` at the agent steps consumed with a list of points; the
+        intrinsic reward's weight follows its own list of points the same way.
         """
         agent_steps = updates * self.steps_per_update
         decay = max(0.0, 1.0 - agent_steps / self.num_train_steps)
@@ -93,13 +100,25 @@ class Schedule:
             entropy = self.entropy_cost * decay
         else:
             entropy = self.entropy_cost * entropy_factor(self.entropy_schedule, agent_steps)
+        coef = self.intrinsic_coef
+        if self.intrinsic_schedule != "constant":
+            coef *= entropy_factor(self.intrinsic_schedule, agent_steps)
         return Position(updates, agent_steps, agent_steps * self.frameskip, updates, self.lr * (warmup * decay),
-                        entropy)
+                        entropy, coef)
 
     def updates_at(self, agent_steps: int) -> int:
         """The updates that consume ``agent_steps`` here (a checkpoint's agent steps are global; a
         resumed run may have another ``T x B x ranks``): rounded down to a whole update."""
         return agent_steps // self.steps_per_update
+
+
+def _points(schedule: Any) -> Any:
+    """A schedule's name, or its list of points as a tuple of tuples (hashable, comparable)."""
+    if OmegaConf.is_config(schedule):
+        schedule = OmegaConf.to_container(schedule)
+    if isinstance(schedule, list):
+        return tuple(tuple(point) for point in schedule)
+    return schedule
 
 
 def entropy_factor(points: Sequence[Sequence[float]], agent_steps: int) -> float:

@@ -38,6 +38,7 @@ from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
 from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers, handling_signals
 from distrl.envs import env_seed, eval_seed
+from distrl.intrinsic import make_intrinsic
 from distrl.policy import DistributedActorLearner
 from distrl.telemetry import NullTelemetry, Telemetry
 from distrl.validation import Validated, validate
@@ -84,15 +85,19 @@ class DistributedTrainer:
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
         self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model)
+        self.intrinsic = make_intrinsic(self.spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
+                                        discount=cfg.agent.discount)
         if cfg.train.init_model_path:
-            self.policy.load(cfg.train.init_model_path)
-            log.info("initial weights from %s", cfg.train.init_model_path)
+            self._initial_weights(str(checkpoint.checkpoint_file(cfg.train.init_model_path)))
         self.policy.to(self.device)
         self.policy.freeze()
+        if self.intrinsic is not None:
+            self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
         self.optimizer = make_optimizer(self.policy, cfg.agent)
         self.learner = Learner(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
-                               compile=cfg.train.th_compile, ranks=self.ranks)
+                               compile=cfg.train.th_compile, ranks=self.ranks, intrinsic=self.intrinsic,
+                               pretraining=cfg.train.pretraining)
         self.stats = LearnerStats()
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
@@ -125,6 +130,22 @@ class DistributedTrainer:
     def _run_state(self) -> RunState:
         return RunState(self.evals.last, self.saves.last, self.best_eval_return)
 
+    def _initial_weights(self, path: str) -> None:
+        """``train.init_model_path`` (a file, or a run directory's latest checkpoint): the policy's
+        weights and, when the file holds a module of this run's ``intrinsic.name`` (a pretraining
+        run's checkpoint), the intrinsic module's state. The optimizer and the counters start fresh."""
+        self.policy.load(path)
+        log.info("initial weights from %s", path)
+        if self.intrinsic is None:
+            return
+        try:
+            saved = checkpoint.load_checkpoint(path)
+        except checkpoint.CheckpointError:  # a bare state_dict: no module in it
+            return
+        if "intrinsic" in saved and saved["config"].get("intrinsic", {}).get("name") == self.cfg.intrinsic.name:
+            self.intrinsic.load_checkpoint_state(saved["intrinsic"])
+            log.info("intrinsic module (%s) from %s", self.cfg.intrinsic.name, path)
+
     def _resume(self, saved: dict[str, Any]) -> None:
         mismatch = checkpoint.incompatibility(saved, self.cfg, self.spec.obs_shape, self.spec.num_actions)
         if mismatch:
@@ -132,6 +153,8 @@ class DistributedTrainer:
         self.policy.learner.load_state_dict(saved["model"])
         self.policy.publish()
         self.optimizer.load_state_dict(saved["optimizer"])
+        if self.intrinsic is not None:
+            self.intrinsic.load_checkpoint_state(saved["intrinsic"])
         # Agent steps are global and the checkpoint may come from another number of ranks (or T x B):
         # the update count is the one that consumes its agent steps here.
         self.learner.updates = self.schedule.updates_at(saved["agent_steps"])
@@ -150,6 +173,7 @@ class DistributedTrainer:
         with self.learner.lock:
             model_state = {k: v.detach().cpu().clone() for k, v in self.policy.learner.state_dict().items()}
             optimizer_state = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
+            intrinsic = _to_cpu(copy.deepcopy(self.intrinsic.checkpoint_state())) if self.intrinsic else None
             position = self.position
         return {
             "distrl_version": distrl.__version__,
@@ -163,6 +187,8 @@ class DistributedTrainer:
             "rng": checkpoint.rng_state(),
             "obs_shape": list(self.spec.obs_shape),
             "num_actions": self.spec.num_actions,
+            "pretraining": bool(self.cfg.train.pretraining),
+            **({"intrinsic": intrinsic} if intrinsic is not None else {}),
         }
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
@@ -394,6 +420,10 @@ class DistributedTrainer:
             scalars["charts/entropy_cost"] = last["entropy_cost"]
             scalars.update({f"losses/{name}": last[name] for name in ("total", "policy", "value", "entropy",
                                                                       "grad_norm")})
+            if "intrinsic_reward" in last:
+                scalars.update({f"charts/{name}": last[name] for name in
+                                ("intrinsic_reward", "intrinsic_reward_raw", "intrinsic_coef")})
+                scalars["losses/intrinsic"] = last["intrinsic_loss"]
         if updates > updates_then:
             scalars.update({f"perf/learner_{name}_ms": 1000 * (seconds[name] - seconds_then[name])
                             / (updates - updates_then) for name in seconds})

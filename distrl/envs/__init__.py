@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig
 
-from distrl.envs import atari, diagnostic, gym_env
+from distrl.envs import atari, diagnostic, gym_env, sparse
 
 diagnostic.register()
+sparse.register()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,238 @@
+"""Intrinsic rewards (distrl/intrinsic.py) on hand-made batches, the learner's use of them, and the
+keys that configure them."""
+
+import io
+
+import pytest
+import torch
+from conftest import compose_train
+from test_learner import learner_for, on_policy_batch
+
+from distrl.config import ConfigError
+from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic
+from distrl.policy import DistributedActorLearner
+from distrl.validation import validate
+
+T, B = 8, 4
+
+
+def intrinsic_cfg(name: str, **values):
+    cfg = compose_train(["experiment=cartpole", f"intrinsic={name}"]).intrinsic
+    for key, value in values.items():
+        cfg[key] = value
+    return cfg
+
+
+def batch_of(obs: torch.Tensor, ended_at: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
+    """A ``[T+1, B]`` batch holding ``obs`` and the episode ends the modules read."""
+    terminated = torch.zeros(obs.shape[:2], dtype=torch.bool)
+    if ended_at is not None:
+        terminated[ended_at] = True
+    return {"obs": obs, "terminated": terminated, "truncated": torch.zeros_like(terminated)}
+
+
+def test_running_mean_std_is_that_of_all_samples_seen():
+    rms = RunningMeanStd((3,))
+    parts = [torch.randn(n, 3) * 2 + 1 for n in (5, 40, 1)]
+    for part in parts:
+        rms.update(part)
+    every = torch.cat(parts).double()
+    torch.testing.assert_close(rms.mean, every.mean(0))
+    torch.testing.assert_close(rms.var, every.var(0, unbiased=False))
+    assert rms.count.item() == 46
+
+
+@pytest.mark.parametrize("shape, dtype", [((4, 84, 84), torch.uint8), ((3, 7, 7), torch.uint8), ((40,), torch.float32)],
+                         ids=["atari-frames", "minigrid-view", "vector"])
+@pytest.mark.parametrize("name", ["rnd", "re3"])
+def test_every_module_rewards_each_step_of_images_and_vectors(name, shape, dtype):
+    torch.manual_seed(0)
+    module = make_intrinsic(shape, intrinsic_cfg(name), newest_frame_only=shape[0] == 4)
+    obs = torch.randint(0, 255, (T + 1, B, *shape)).to(dtype)
+    raw, normalised = module.rewards(batch_of(obs, ended_at=(2, 1)))
+    assert raw.shape == normalised.shape == (T, B)
+    assert torch.isfinite(normalised).all() and (raw >= 0).all()
+    assert raw[2, 1] == 0 and normalised[2, 1] == 0  # the step that ended its episode
+    assert raw.sum() > 0
+
+
+def test_rnd_rewards_new_observations_more_than_those_it_was_trained_on():
+    """As the learner calls it: each batch's rewards (which update the observation statistics), then
+    a predictor step on it."""
+    torch.manual_seed(0)
+    module = RND((40,), intrinsic_cfg("rnd", lr=1e-3))
+
+    def seen_cells() -> torch.Tensor:  # cells 0-4, one-hot
+        return torch.eye(40)[torch.randint(0, 5, (T + 1, B))]
+
+    losses = []
+    for _ in range(150):
+        batch = batch_of(seen_cells())
+        module.rewards(batch)
+        losses.append(module.update(batch))
+    assert losses[-1] < 0.1 * losses[0]
+    obs = seen_cells()
+    obs[5, 2] = torch.eye(40)[30]  # one observation of a cell never seen
+    raw, normalised = module.rewards(batch_of(obs))
+    others = torch.ones_like(raw, dtype=torch.bool)
+    others[4, 2] = False  # step 4 led to row 5
+    assert raw[4, 2] > 10 * raw[others].mean() and normalised[4, 2] > 10 * normalised[others].mean()
+
+
+def test_re3_rewards_observations_with_few_neighbours_in_the_batch_and_the_memory():
+    torch.manual_seed(0)
+    spread = torch.eye(40)[torch.randperm(40)[: (T + 1) * B].view(T + 1, B)]  # 36 different cells
+    module = RE3((40,), intrinsic_cfg("re3"))
+    spread_raw, _ = module.rewards(batch_of(spread))
+    assert (spread_raw > 0).all()
+    # the reward is log(1 + the distance to the k-th nearest other observation), k = 3
+    y = module.encoder(spread[1:].reshape(-1, 40))
+    distances = torch.cdist(y, y, compute_mode="donot_use_mm_for_euclid_dist")[0].sort().values
+    assert spread_raw[0, 0] == pytest.approx(torch.log1p(distances[3]).item(), rel=1e-5)
+
+    crowded = torch.zeros(T + 1, B, 40)
+    crowded[..., 0] = 1.0  # everyone in cell 0: every neighbour at distance 0
+    assert RE3((40,), intrinsic_cfg("re3")).rewards(batch_of(crowded))[0].abs().max() == 0
+
+    # the memory: cells 0-4 seen in earlier batches have neighbours there; a new cell does not
+    module = RE3((40,), intrinsic_cfg("re3", memory=256))
+    for _ in range(10):
+        module.rewards(batch_of(torch.eye(40)[torch.randint(0, 5, (T + 1, B))]))
+    assert int(module.filled) == 256
+    obs = torch.eye(40)[torch.randint(0, 5, (T + 1, B))]
+    obs[3, 1] = torch.eye(40)[30]
+    raw, _ = module.rewards(batch_of(obs))
+    assert raw[2, 1] > 0 and raw.sum() == raw[2, 1]
+
+
+@pytest.mark.parametrize("name", ["rnd", "re3"])
+def test_a_module_state_resumes_exactly(name):
+    torch.manual_seed(0)
+    first = make_intrinsic((40,), intrinsic_cfg(name))
+    batches = [batch_of(torch.randn(T + 1, B, 40)) for _ in range(3)]
+    for batch in batches[:2]:
+        first.rewards(batch)
+        first.update(batch)
+    saved = io.BytesIO()
+    torch.save(first.checkpoint_state(), saved)  # as a checkpoint holds it, loadable with weights_only
+    saved.seek(0)
+    state = torch.load(saved, weights_only=True)
+    torch.manual_seed(1)
+    second = make_intrinsic((40,), intrinsic_cfg(name))
+    second.load_checkpoint_state(state)
+    for module in (first, second):
+        module.update(batches[2])
+    torch.testing.assert_close(first.rewards(batches[2]), second.rewards(batches[2]))
+
+
+def _learner(overrides: list[str]):
+    cfg = compose_train(["experiment=cartpole", *overrides])
+    torch.manual_seed(0)
+    policy = DistributedActorLearner((4,), 2, cfg.model)
+    policy.freeze()
+    module = make_intrinsic((4,), cfg.intrinsic)
+    learner = learner_for(cfg, policy)
+    learner.intrinsic, learner.pretraining = module, cfg.train.pretraining
+    return learner, policy
+
+
+def test_the_learner_adds_the_weighted_intrinsic_reward_and_reports_it():
+    learner, policy = _learner(["intrinsic=rnd", "intrinsic.coef=0.3"])
+    batch = on_policy_batch(policy)
+    intrinsic = torch.rand(batch["reward"].shape[0] - 1, batch["reward"].shape[1])
+    with_bonus = learner.loss({**batch, "intrinsic_reward": intrinsic}, 0.0, intrinsic_coef=0.3)
+    shifted = {**batch, "reward": batch["reward"].clone()}
+    shifted["reward"][:-1] += 0.3 * intrinsic  # the same rewards, added by hand (inside the clip)
+    torch.testing.assert_close(torch.stack(with_bonus), torch.stack(learner.loss(shifted, 0.0)))
+
+    losses = learner.update(on_policy_batch(policy, seed=1))
+    assert losses["intrinsic_coef"] == 0.3 and losses["intrinsic_loss"] > 0
+    assert losses["intrinsic_reward_raw"] > 0 and losses["intrinsic_reward"] > 0
+
+
+def test_pretraining_leaves_the_extrinsic_reward_out():
+    learner, policy = _learner(["intrinsic=re3", "train.pretraining=true"])
+    batch = {**on_policy_batch(policy), "intrinsic_reward": torch.zeros(3, 2)}
+    other = {**batch, "reward": -batch["reward"]}
+    torch.testing.assert_close(torch.stack(learner.loss(batch, 0.01, 0.5)), torch.stack(learner.loss(other, 0.01, 0.5)))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["intrinsic=rnd", "intrinsic.coef=-0.1"], "intrinsic.coef"),
+    (["intrinsic=rnd", "intrinsic.coef_schedule=linear"], "intrinsic.coef_schedule"),
+    (["intrinsic=rnd", "intrinsic.coef_schedule=[[2000,1.0],[1000,0.0]]"], "intrinsic.coef_schedule"),
+    (["intrinsic=re3", "intrinsic.k=64"], "intrinsic.k"),  # T x B = 64 with experiment=cartpole
+    (["intrinsic=re3", "intrinsic.memory=0"], "intrinsic.memory"),
+    (["intrinsic=rnd", "intrinsic.embed_dim=0"], "intrinsic.embed_dim"),
+    (["intrinsic=rnd", "intrinsic.lr=0"], "intrinsic.lr"),
+    (["train.pretraining=true"], "train.pretraining"),
+])
+def test_intrinsic_settings_that_cannot_work_are_refused(overrides, key):
+    with pytest.raises(ConfigError) as info:
+        validate(compose_train(["experiment=cartpole", *overrides]))
+    assert str(info.value).startswith(f"{key}=") and "\n" not in str(info.value)
+
+
+def test_the_intrinsic_weight_follows_its_schedule():
+    from distrl.engine.schedule import Schedule
+
+    cfg = compose_train(["experiment=cartpole", "intrinsic=rnd", "intrinsic.coef=0.4", "num_steps=10",
+                         "batch_size=10", "intrinsic.coef_schedule=[[1000,1.0],[2000,0.0]]"])
+    validate(cfg)
+    schedule = Schedule.for_run(cfg)
+    assert [schedule.at(u).intrinsic_coef for u in (5, 15, 25)] == pytest.approx([0.4, 0.2, 0.0])
+    assert Schedule.for_run(compose_train(["experiment=cartpole"])).at(3).intrinsic_coef == 0.0
+
+
+def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
+    """A reward-free run with ``intrinsic=rnd`` (in this process): its checkpoints say so and hold
+    the module, which a resume restores exactly; the extrinsic return is still logged. A fine-tuning
+    run from its run directory starts from its policy weights with a fresh optimizer and counters,
+    keeping the module with ``intrinsic=rnd`` and dropping it with ``intrinsic=none``."""
+    import json
+
+    from distrl.checkpoint import load_checkpoint
+    from distrl.engine.trainer import DistributedTrainer
+
+    run = tmp_path / "pretrain"
+    common = ["experiment=sparse_chain", "num_actors=1", "train.num_eval_episodes=0", "train.log_interval=1000"]
+    cfg = compose_train([*common, "intrinsic=rnd", "train.pretraining=true", "train.num_train_steps=3000"])
+    DistributedTrainer(cfg, run, progress=False).train()
+    state = load_checkpoint(run / "checkpoints" / "latest.pt")
+    assert state["pretraining"] is True and {"module", "optimizer"} <= set(state["intrinsic"])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("charts/episodic_return" in r for r in records)
+    assert any(r.get("charts/intrinsic_reward", 0) > 0 for r in records)
+
+    resumed = DistributedTrainer(compose_train([*common, "intrinsic=rnd", "train.pretraining=true",
+                                                "train.num_train_steps=6000", f"resume={run}"]), tmp_path / "r")
+    for name, value in resumed.intrinsic.state_dict().items():
+        torch.testing.assert_close(value, state["intrinsic"]["module"][name])
+    assert resumed.intrinsic.optimizer.state_dict()["state"].keys() == state["intrinsic"]["optimizer"]["state"].keys()
+    with pytest.raises(Exception, match="intrinsic=rnd in the checkpoint, intrinsic=re3 here"):
+        DistributedTrainer(compose_train([*common, "intrinsic=re3", f"resume={run}"]), tmp_path / "x")
+
+    for name in ("rnd", "none"):
+        tuned = DistributedTrainer(compose_train([*common, f"intrinsic={name}", f"train.init_model_path={run}"]),
+                                   tmp_path / name, progress=False)
+        for key, value in tuned.policy.actor.state_dict().items():
+            torch.testing.assert_close(value, state["model"][key])
+        assert tuned.counters["agent_steps"] == 0 and tuned.optimizer.state_dict()["state"] == {}
+        assert tuned.checkpoint_state()["pretraining"] is False
+        if name == "rnd":
+            for key, value in tuned.intrinsic.state_dict().items():
+                torch.testing.assert_close(value, state["intrinsic"]["module"][key])
+        else:
+            assert tuned.intrinsic is None and "intrinsic" not in tuned.checkpoint_state()
+
+
+def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):
+    cfg = compose_train(["experiment=sparse_chain"])
+    policy = DistributedActorLearner((40,), 2, cfg.model)
+    first = policy.save(tmp_path, pretraining=True, global_step=5000)
+    second = policy.save(tmp_path, pretraining=False, global_step=8000)
+    assert (first.name, second.name) == ("pretrained_5000.pth", "agent_8000.pth")
+    other = DistributedActorLearner((40,), 2, cfg.model)
+    other.load(str(first), "cpu")
+    for key, value in other.actor.state_dict().items():
+        torch.testing.assert_close(value, policy.learner.state_dict()[key])
