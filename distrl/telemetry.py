@@ -89,12 +89,12 @@ class Telemetry:
         self._bar_step = agent_steps
 
     def close(self) -> None:
-        threading.excepthook = self._excepthook
         self.bar.close()
         if self.writer is not None:
-            self._guard("writer", self.writer.close)
+            self._guard("writer", self.writer.close)  # its thread may die of a write error here
         if self.jsonl is not None:
             self._guard("jsonl", self.jsonl.close)
+        threading.excepthook = self._excepthook
 
 
 class NullTelemetry:

@@ -4,6 +4,8 @@ import logging
 import multiprocessing
 import shutil
 
+import pytest
+
 from distrl.engine.shared import MessageQueue
 from distrl.logs import MAX_MESSAGE_BYTES, ActorLogWriter, log_to_queue
 from distrl.telemetry import Telemetry
@@ -47,6 +49,7 @@ def test_actor_records_reach_one_writer_whole_and_in_order(tmp_path, capfd):
     assert "actor 3 started" in capfd.readouterr().err  # and on the console
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the writer thread's too
 def test_metrics_that_cannot_be_written_do_not_end_the_run(tmp_path, caplog, capfd):
     """The TensorBoard directory goes away under its writer: one warning, the run goes on and
     metrics.jsonl keeps every record."""
