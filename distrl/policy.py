@@ -91,6 +91,28 @@ class ImpalaResNet(_ConvEncoder):
         super().__init__(nn.Sequential(*layers), obs_shape, feature_dim)
 
 
+class MiniGridCNN(nn.Module):
+    """``[N, C, H, W] uint8`` cell indices (MiniGrid's 7 x 7 view) -> ``[N, feature_dim]``: three 2 x 2
+    convolutions (16, 32, 64 channels, a 2 x 2 max-pool after the first; the network of the
+    MiniGrid authors' rl-starter-files), then a ReLU fully connected layer. The indices are used as
+    numbers, not divided by 255: they are object, colour and state ids of up to 10."""
+
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int):
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(obs_shape[0], 16, 2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 2), nn.ReLU(),
+            nn.Conv2d(32, 64, 2), nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(obs.float()))
+
+
 class MLP(nn.Module):
     """``[N, D] float32`` -> ``[N, feature_dim]``: two tanh layers of ``hidden_dim``."""
 
@@ -106,21 +128,28 @@ class MLP(nn.Module):
         return self.net(obs.float())
 
 
+IMAGE_ENCODERS = ("nature_cnn", "impala_resnet", "minigrid_cnn")
+# the smallest image side each image encoder takes (the Nature CNN's 8 x 8 / 4, 4 x 4 / 2, 3 x 3 convolutions)
+MIN_IMAGE_SIDE = {"nature_cnn": 36, "impala_resnet": 1, "minigrid_cnn": 7}
+
+
 def make_encoder(obs_shape: tuple[int, ...], cfg: DictConfig) -> nn.Module:
-    """The encoder named by ``cfg.encoder`` (nature_cnn | impala_resnet | mlp).
+    """The encoder named by ``cfg.encoder`` (nature_cnn | impala_resnet | minigrid_cnn | mlp).
 
     Raises:
         ValueError: unknown encoder name, or an image encoder on non-image observations.
     """
-    if cfg.encoder in ("nature_cnn", "impala_resnet") and len(obs_shape) != 3:
+    if cfg.encoder in IMAGE_ENCODERS and len(obs_shape) != 3:
         raise ValueError(f"model.encoder={cfg.encoder} needs [C, H, W] observations, got {obs_shape}")
     if cfg.encoder == "nature_cnn":
         return NatureCNN(obs_shape, cfg.feature_dim)
     if cfg.encoder == "impala_resnet":
         return ImpalaResNet(obs_shape, cfg.feature_dim)
+    if cfg.encoder == "minigrid_cnn":
+        return MiniGridCNN(obs_shape, cfg.feature_dim)
     if cfg.encoder == "mlp":
         return MLP(obs_shape, cfg.feature_dim, cfg.hidden_dim)
-    raise ValueError(f"model.encoder={cfg.encoder!r}: use nature_cnn, impala_resnet or mlp")
+    raise ValueError(f"model.encoder={cfg.encoder!r}: use nature_cnn, impala_resnet, minigrid_cnn or mlp")
 
 
 def init_weights(module: nn.Module, init_fn: str) -> None:

@@ -22,7 +22,7 @@ from distrl.envs import EnvSpec, env_spec, known_env_id_error
 
 OPTIMIZERS = ("rmsprop", "adam")
 ENTROPY_SCHEDULES = ("constant", "linear")
-ENCODERS = ("nature_cnn", "impala_resnet", "mlp")
+ENCODERS = ("nature_cnn", "impala_resnet", "minigrid_cnn", "mlp")
 INIT_FNS = ("orthogonal", "xavier_uniform", "default")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -261,9 +261,16 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
         raise env_creation_error(cfg.env.id, exc) from exc
     _check(
         (model.encoder != "mlp") == spec.is_image, "model.encoder", model.encoder,
-        "nature_cnn or impala_resnet for image observations (env=atari, env=image_cue), "
+        "nature_cnn, impala_resnet or minigrid_cnn for image observations (env=atari, env=image_cue, env=minigrid), "
         "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
     )
+    if spec.is_image:
+        from distrl.policy import MIN_IMAGE_SIDE
+
+        side = min(spec.obs_shape[1:])
+        fitting = [name for name, least in MIN_IMAGE_SIDE.items() if side >= least]
+        _check(side >= MIN_IMAGE_SIDE[model.encoder], "model.encoder", model.encoder,
+               f"one that takes images of {side} pixels a side: {', '.join(fitting)}")
     return spec
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from conftest import DistrlProcess, finish_all
 
 import distrl.envs  # noqa: F401  (registers the diagnostic ids)
@@ -68,3 +69,27 @@ def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path)
     assert logged and all({"charts/intrinsic_reward_raw", "charts/intrinsic_coef", "losses/intrinsic"} <= set(r)
                           for r in logged)
     assert all(r["charts/intrinsic_coef"] == pytest.approx(0.1) for r in logged)
+
+
+def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
+    from conftest import compose_train
+
+    from distrl.config import ConfigError
+    from distrl.envs import env_spec, make_vector_env
+    from distrl.policy import ActorCritic
+    from distrl.validation import validate
+
+    cfg = compose_train(["experiment=minigrid", "env.id=MiniGrid-DoorKey-16x16-v0"])
+    validate(cfg)
+    spec = env_spec(cfg.env)
+    assert spec.obs_shape == (3, 7, 7) and spec.is_image and spec.num_actions == 7
+    env = make_vector_env(cfg.env, 2)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 3, 7, 7) and obs.dtype == np.uint8 and 0 < obs.max() <= 10
+    env.close()
+    model = ActorCritic(spec.obs_shape, spec.num_actions, cfg.model)
+    logits, values, _ = model(torch.from_numpy(obs).unsqueeze(0), torch.ones(1, 2, dtype=torch.bool))
+    assert logits.shape == (1, 2, 7) and values.shape == (1, 2)
+    with pytest.raises(ConfigError, match="^model.encoder='nature_cnn' is not allowed: one that takes images of 7 "
+                                          "pixels a side: impala_resnet, minigrid_cnn$"):
+        validate(compose_train(["env=minigrid"]))

@@ -1,5 +1,8 @@
 """Any registered Gymnasium id with discrete actions: flat (vector) observations, e.g. CartPole-v1, or
-``[C, H, W] uint8`` images, e.g. the diagnostic ``distrl/ImageCue-v0``."""
+``[C, H, W] uint8`` images, e.g. the diagnostic ``distrl/ImageCue-v0``. MiniGrid's ids (the Farama
+``minigrid`` package, registered on import here) give their partial view, ``[3, 7, 7] uint8``
+(object, colour and state indices of the 7 x 7 cells in front of the agent), without the mission
+text."""
 
 from __future__ import annotations
 
@@ -9,6 +12,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from omegaconf import DictConfig
+
+try:  # registers the MiniGrid-* ids
+    import minigrid
+    from minigrid.wrappers import ImgObsWrapper
+except ImportError:  # pragma: no cover - minigrid is a dependency; an environment without it lacks those ids
+    minigrid = None
 
 
 def id_error(env_id: str) -> str | None:
@@ -56,6 +65,12 @@ def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
     are, any other observation becomes float32."""
     kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
     env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
+    if minigrid is not None and isinstance(env.unwrapped, minigrid.minigrid_env.MiniGridEnv):
+        env = ImgObsWrapper(env)  # the view alone: [7, 7, 3] uint8
+        view = env.observation_space
+        channels_first = gym.spaces.Box(0, 255, (view.shape[2], *view.shape[:2]), np.uint8)
+        return gym.wrappers.TransformObservation(env, lambda obs: np.ascontiguousarray(obs.transpose(2, 0, 1)),
+                                                 channels_first)
     if is_image(env.observation_space):
         return env
     return gym.wrappers.DtypeObservation(env, np.float32)
