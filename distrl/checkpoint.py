@@ -224,7 +224,8 @@ ENV_KEYS = ("kind", "id", "frameskip", "frame_stack", "img_size", "full_action_s
 
 def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> str | None:
     """Why checkpoint ``state`` cannot continue a run of ``cfg``, or None if it can: another env
-    (``ENV_KEYS``), observation shape, action count or network (``MODEL_KEYS``)."""
+    (``ENV_KEYS``), another intrinsic reward module, observation shape, action count or network
+    (``MODEL_KEYS``)."""
     saved_env = state["config"].get("env", {})
     for key in ENV_KEYS:
         if key in saved_env and key in cfg.env and saved_env[key] != cfg.env[key]:
