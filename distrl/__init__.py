@@ -10,6 +10,13 @@ The Python API (names as in the seed API)::
 
 __version__ = "0.1.0"
 
+# The config schemas live in Hydra's ConfigStore: registered on import, so that a config composed
+# with Hydra's own API (hydra.initialize_config_module("distrl.conf") and compose("train", ...)) finds
+# them; importing distrl.conf imports this package first.
+from distrl.config import register_configs as _register_configs  # noqa: E402
+
+_register_configs()
+
 __all__ = ["DistributedActorLearner", "DistributedTrainer", "compose_config"]
 
 

@@ -78,10 +78,13 @@ class Finished:
 
 class DistrlProcess:
     """``python -m distrl ...`` (or ``launcher + args``) in a subprocess, in its own process group, with
-    its children tracked."""
+    its children tracked. One that a test leaves running (a failed assertion) is killed after it."""
+
+    started: list[DistrlProcess] = []
 
     def __init__(self, args: list[str], cwd: Path | str | None = None, env: dict | None = None,
                  launcher: list[str] | None = None):
+        DistrlProcess.started.append(self)
         self.popen = subprocess.Popen(
             (launcher or DISTRL) + args, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
@@ -138,6 +141,16 @@ def pong_run(tmp_path_factory) -> Run:
     done = run_distrl(["train", *PONG_RUN, f"hydra.run.dir={run_dir}"])
     assert done.returncode == 0, done.stderr[-3000:]
     return Run(run_dir, done, 1200)
+
+
+@pytest.fixture(autouse=True)
+def _no_command_outlives_its_test():
+    yield
+    while DistrlProcess.started:
+        proc = DistrlProcess.started.pop()
+        if proc.popen.poll() is None:
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+            proc.popen.communicate()
 
 
 def run_distrl(args: list[str], timeout: float = 240, cwd=None, env=None, launcher=None) -> Finished:

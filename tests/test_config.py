@@ -29,14 +29,17 @@ def test_the_config_groups_are_there():
 @pytest.mark.parametrize("env", options("env"))
 @pytest.mark.parametrize("agent", options("agent"))
 def test_every_env_and_agent_composes_and_validates(env, agent):
-    cfg = compose_train([f"env={env}", f"agent={agent}", *(["model=mlp"] if env in ("gym", "sparse_chain") else [])])
+    model = {"gym": ["model=mlp"], "sparse_chain": ["model=mlp"], "minigrid": ["model=minigrid_cnn"]}.get(env, [])
+    cfg = compose_train([f"env={env}", f"agent={agent}", *model])
     validate(cfg)
     assert cfg.env.kind in ("atari", "gym")
 
 
 @pytest.mark.parametrize("model", options("model"))
 def test_every_model_composes_with_a_matching_env(model):
-    envs = ["gym", "sparse_chain"] if model == "mlp" else ["atari", "image_cue", "image_cue_memory"]
+    envs = {"mlp": ["gym", "sparse_chain"], "minigrid_cnn": ["minigrid"],
+            "impala_resnet": ["atari", "image_cue", "image_cue_memory", "minigrid"]}.get(
+        model, ["atari", "image_cue", "image_cue_memory"])
     for env in envs:
         cfg = compose_train([f"env={env}", f"model={model}"])
         validate(cfg)
