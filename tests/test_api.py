@@ -37,18 +37,3 @@ def test_a_bad_value_fails_with_the_commands_message():
     with pytest.raises(ConfigError, match=r"^batch_size=0 is not allowed"):
         compose_config(["batch_size=0"])
 
-
-def test_a_config_composed_with_hydras_own_api_is_accepted(tmp_path):
-    """Hsuanwu's users compose with Hydra's API, distrl's configs found as the module distrl.conf,
-    with nothing of distrl's called first (a fresh interpreter)."""
-    script = (
-        "from hydra import compose, initialize_config_module\n"
-        "with initialize_config_module('distrl.conf', version_base='1.3'):\n"
-        "    cfgs = compose('train', overrides=['experiment=cartpole', 'num_actors=1'])\n"
-        "from distrl import DistributedTrainer\n"
-        f"trainer = DistributedTrainer(cfgs, run_dir={str(tmp_path)!r})\n"
-        "print(cfgs.env.id, trainer.position.agent_steps, trainer.placement.num_actors)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["CartPole-v1", "0", "1"]

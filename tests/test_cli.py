@@ -18,9 +18,6 @@ OLD_CHECKPOINT = REPO / "tests" / "data" / "cartpole-751cbb7.pt"
 # case -> (args, the start of the one line it prints, or a text in it)
 CASES = {
     "validation": (["train", "num_actors=0"], "distrl train: error: num_actors=0 is not allowed"),
-    "added-key": (["train", "+train.num_train_step=2000"],
-                  "distrl train: error: train.num_train_step is not a key of this config (did you mean "
-                  "train.num_train_steps?)"),
     "unknown-key": (["train", "no_such_key=1"], "no_such_key"),
     "resume-mismatch": (["train", "experiment=cartpole", "env.id=Acrobot-v1", f"resume={OLD_CHECKPOINT}"],
                         "distrl train: error: cannot resume from"),

@@ -139,6 +139,7 @@ def test_cartpole_compiled(tmp_path):
     check_run(run_dir, 1000)
 
 
+@pytest.mark.long
 def test_multirun_gives_one_complete_run_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     done = run_distrl(["train", "-m", "seed=1,2", *TINY_CARTPOLE, "num_actors=1", "train.num_train_steps=400",
