@@ -34,9 +34,9 @@ TINY_CARTPOLE = [
 
 # The shared Pong run of the suite (the ``pong_run`` fixture): the previous action and reward as
 # inputs, async stepping, two learners on the fewest slots validation accepts (2 x 2 envs + 4 x 2),
-# an evaluation at 600 agent steps (so a best.pt) and at the end.
+# an evaluation at 500 agent steps (so a best.pt) and at the end.
 PONG_RUN = [*TINY_PONG, "model.last_action_reward=true", "env.async_step=true", "num_learners=2", "num_storages=12",
-            "train.num_train_steps=1200", "train.log_interval=400", "train.eval_interval=600"]
+            "train.num_train_steps=1000", "train.log_interval=400", "train.eval_interval=500"]
 
 
 def compose_train(overrides: list[str]):
@@ -140,7 +140,7 @@ def pong_run(tmp_path_factory) -> Run:
     run_dir = tmp_path_factory.mktemp("pong") / "run"
     done = run_distrl(["train", *PONG_RUN, f"hydra.run.dir={run_dir}"])
     assert done.returncode == 0, done.stderr[-3000:]
-    return Run(run_dir, done, 1200)
+    return Run(run_dir, done, 1000)
 
 
 @pytest.fixture(autouse=True)

@@ -30,12 +30,9 @@ def test_wheel_install_runs_from_another_directory(tmp_path):
     composed = subprocess.run(  # Hsuanwu's way: Hydra's own API, nothing of distrl's called first
         [sys.executable, "-c", "from hydra import compose, initialize_config_module\n"
          "with initialize_config_module('distrl.conf', version_base='1.3'):\n"
-         "    cfgs = compose('train', overrides=['experiment=cartpole', 'num_actors=1'])\n"
-         "from distrl import DistributedTrainer\n"
-         "trainer = DistributedTrainer(cfgs, run_dir='hydra-api')\n"
-         "print(cfgs.env.id, trainer.position.agent_steps, trainer.placement.num_actors)"],
+         "    print(compose('train', overrides=['experiment=cartpole']).env.id)"],
         cwd=elsewhere, env={**os.environ, **env}, capture_output=True, text=True)
-    assert composed.returncode == 0 and composed.stdout.split() == ["CartPole-v1", "0", "1"], composed.stderr[-2000:]
+    assert composed.returncode == 0 and composed.stdout.strip() == "CartPole-v1", composed.stderr[-2000:]
     done = run_distrl(["train", *TINY_CARTPOLE, "train.num_train_steps=500", "train.num_eval_episodes=1"],
                       cwd=elsewhere, env=env, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
