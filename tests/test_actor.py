@@ -25,7 +25,7 @@ from distrl.engine.storage import RolloutLayout, RolloutStorage
 from distrl.envs import env_spec
 from distrl.policy import DistributedActorLearner
 
-T, N_ENVS, SLOTS_WANTED = 12, 4, 48
+T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 
 
 def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
