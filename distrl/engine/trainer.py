@@ -408,7 +408,8 @@ class DistributedTrainer:
     def _log_training(self, steps: int, last_log: tuple, recent_returns: deque) -> tuple:
         """Log SPS (over the whole log interval since ``last_log``), the learner's losses and where its
         time went (ms per update); returns this moment as the next ``last_log``."""
-        now, timed = time.perf_counter(), self._learner_time()
+        timed = self._learner_time()  # may wait for an update to end: the clock is read after it, so that
+        now = time.perf_counter()     # SPS's interval is the one between the log records' times
         (then, steps_then, (updates_then, seconds_then)), (updates, seconds) = last_log, timed
         sps = (steps - steps_then) / (now - then)
         scalars = {"charts/SPS": sps, "charts/FPS": sps * self.spec.frameskip,
