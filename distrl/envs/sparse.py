@@ -2,10 +2,10 @@
 
 ``distrl/SparseChain-v0``: ``length`` cells (40), the agent starts in cell 0 and moves one cell
 left or right per step (action 0 or 1; left stays put in cell 0). Reaching the last cell pays +1
-and ends the episode; nothing else pays. Episodes are cut at ``2 x length`` steps. The observation
+and ends the episode; nothing else pays. Episodes are cut at 80 steps (the registered limit). The observation
 is the cell, one-hot, ``[length] float32``.
 
-Random play reaches the last cell of 40 within 80 steps in about 1 episode of 40,000 (a reflected
+Random play reaches the last cell of 40 within 80 steps in about 1 episode of 70,000 (a reflected
 random walk, 39 cells in 80 steps; see ``tests/test_exploration.py``), so an agent that explores by
 its policy's entropy alone does not find the reward in a short budget; an intrinsic reward for new
 cells leads it there. Best return 1.
