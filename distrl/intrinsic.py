@@ -194,14 +194,18 @@ class RND(IntrinsicReward):
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=cfg.lr)
 
-    def _standardised(self, next_obs: torch.Tensor) -> torch.Tensor:
-        x = self.inputs(next_obs)
-        return ((x - self.obs_rms.mean.float()) / self.obs_rms.std.clamp_min(1e-8)).clamp(-5.0, 5.0)
+    def _standardised(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Encoder inputs standardised by the running statistics and clipped to [-5, 5] (Section 2.4)."""
+        return ((inputs - self.obs_rms.mean.float()) / self.obs_rms.std.clamp_min(1e-8)).clamp(-5.0, 5.0)
 
     def _raw(self, next_obs: torch.Tensor) -> torch.Tensor:
-        self.obs_rms.update(self.inputs(next_obs))
-        x = self._standardised(next_obs)
-        return (self.predictor(x) - self.target(x)).pow(2).mean(-1)
+        inputs = self.inputs(next_obs)
+        self.obs_rms.update(inputs)
+        x = self._standardised(inputs)
+        target = self.target(x)
+        # update() trains on the same observations next: keep what it would compute again
+        self._seen = (next_obs.data_ptr(), next_obs.shape[0], x, target)
+        return (self.predictor(x) - target).pow(2).mean(-1)
 
     def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
         returns = torch.zeros_like(raw)
@@ -214,9 +218,15 @@ class RND(IntrinsicReward):
 
     def update(self, batch: dict[str, torch.Tensor]) -> float:
         obs = batch["obs"][1:]
-        x = self._standardised(obs.reshape(-1, *obs.shape[2:]))
-        with torch.no_grad():
-            target = self.target(x)
+        obs = obs.reshape(-1, *obs.shape[2:])
+        seen = getattr(self, "_seen", None)
+        if seen is not None and seen[:2] == (obs.data_ptr(), obs.shape[0]):  # rewards() of this batch ran
+            x, target = seen[2:]
+        else:
+            with torch.no_grad():
+                x = self._standardised(self.inputs(obs))
+                target = self.target(x)
+        self._seen = None
         loss = F.mse_loss(self.predictor(x), target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

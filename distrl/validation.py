@@ -32,7 +32,7 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
-def _validate_entropy_schedule(schedule: Any, key: str = "agent.entropy_schedule",
+def _validate_schedule_points(schedule: Any, key: str = "agent.entropy_schedule",
                                names: tuple[str, ...] = ENTROPY_SCHEDULES, on: str = "agent.entropy_cost") -> None:
     allowed = (f"{' or '.join(names)}, or a non-empty list of [agent_steps, factor] points, "
                f"agent_steps whole numbers >= 0 in non-decreasing order, factors on {on} >= 0: "
@@ -233,7 +233,7 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
 
 def _validate_agent(agent: DictConfig) -> None:
     _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
-    _validate_entropy_schedule(agent.entropy_schedule)
+    _validate_schedule_points(agent.entropy_schedule)
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
     _check(isinstance(agent.num_epochs, int) and agent.num_epochs > 0, "agent.num_epochs", agent.num_epochs,
@@ -282,7 +282,7 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
     _check(intrinsic.name in NAMES, "intrinsic.name", intrinsic.name, ", ".join(NAMES))
     _check(intrinsic.coef >= 0 and math.isfinite(intrinsic.coef), "intrinsic.coef", intrinsic.coef,
            "a number >= 0")
-    _validate_entropy_schedule(intrinsic.coef_schedule, "intrinsic.coef_schedule", ("constant",), "intrinsic.coef")
+    _validate_schedule_points(intrinsic.coef_schedule, "intrinsic.coef_schedule", ("constant",), "intrinsic.coef")
     for key in ("embed_dim", "k", "memory"):
         _positive_int(cfg, f"intrinsic.{key}")
     _check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")

@@ -4,7 +4,7 @@ import pytest
 from conftest import compose_train
 
 from distrl.engine.placement import plan
-from distrl.engine.schedule import Every, Schedule, Throughput, entropy_factor
+from distrl.engine.schedule import Every, Schedule, Throughput, piecewise_factor
 
 
 def test_every_is_due_once_its_interval_has_passed_since_it_last_ran():
@@ -37,10 +37,10 @@ def test_the_entropy_cost_follows_its_schedule(entropy_schedule, factor_at_2000)
     assert position.entropy_cost == pytest.approx(cfg.agent.entropy_cost * factor_at_2000)
 
 
-def test_entropy_factor_holds_ramps_and_jumps():
+def test_piecewise_factor_holds_ramps_and_jumps():
     points = [[100, 1.0], [300, 0.2]]
-    assert [entropy_factor(points, s) for s in (0, 100, 200, 300, 10**6)] == pytest.approx([1, 1, 0.6, 0.2, 0.2])
-    assert entropy_factor([[300, 1.0], [300, 0.2]], 299) == 1.0 and entropy_factor([[300, 1.0], [300, 0.2]], 300) == 0.2
+    assert [piecewise_factor(points, s) for s in (0, 100, 200, 300, 10**6)] == pytest.approx([1, 1, 0.6, 0.2, 0.2])
+    assert piecewise_factor([[300, 1.0], [300, 0.2]], 299) == 1.0 and piecewise_factor([[300, 1.0], [300, 0.2]], 300) == 0.2
 
 
 def test_throughput_is_agent_steps_per_second_over_its_window():

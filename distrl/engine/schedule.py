@@ -54,7 +54,7 @@ class Schedule:
         lr_warmup_steps: agent steps of linear warm-up from 0.
         entropy_cost: ``agent.entropy_cost``.
         entropy_schedule: ``agent.entropy_schedule``: ``constant``, ``linear`` or a list of
-            ``[agent_steps, factor]`` points (:func:`entropy_factor`).
+            ``[agent_steps, factor]`` points (:func:`piecewise_factor`).
         intrinsic_coef: ``intrinsic.coef`` (0 without an intrinsic reward).
         intrinsic_schedule: ``intrinsic.coef_schedule``: ``constant`` or a list of points.
     """
@@ -86,7 +86,7 @@ class Schedule:
         agent steps (counting the next update's) x a linear decay to 0 at ``num_train_steps``
         (docs/learning.md, "The first updates", says why the warm-up). The entropy cost is
         ``entropy_cost`` with ``constant``, times that decay (not the warm-up) with ``linear``,
-        times :func:`entropy_factor` at the agent steps consumed with a list of points; the
+        times :func:`piecewise_factor` at the agent steps consumed with a list of points; the
         intrinsic reward's weight follows its own list of points the same way.
         """
         agent_steps = updates * self.steps_per_update
@@ -99,10 +99,10 @@ class Schedule:
         elif self.entropy_schedule == "linear":
             entropy = self.entropy_cost * decay
         else:
-            entropy = self.entropy_cost * entropy_factor(self.entropy_schedule, agent_steps)
+            entropy = self.entropy_cost * piecewise_factor(self.entropy_schedule, agent_steps)
         coef = self.intrinsic_coef
         if self.intrinsic_schedule != "constant":
-            coef *= entropy_factor(self.intrinsic_schedule, agent_steps)
+            coef *= piecewise_factor(self.intrinsic_schedule, agent_steps)
         return Position(updates, agent_steps, agent_steps * self.frameskip, updates, self.lr * (warmup * decay),
                         entropy, coef)
 
@@ -121,10 +121,10 @@ def _points(schedule: Any) -> Any:
     return schedule
 
 
-def entropy_factor(points: Sequence[Sequence[float]], agent_steps: int) -> float:
-    """The factor on ``agent.entropy_cost`` at ``agent_steps`` under a list of
-    ``[agent_steps, factor]`` points (``agent.entropy_schedule``, validated by
-    :mod:`distrl.validation`): 1 until the first point, linear between consecutive points, the last
+def piecewise_factor(points: Sequence[Sequence[float]], agent_steps: int) -> float:
+    """The factor on ``agent.entropy_cost`` (``agent.entropy_schedule``) or on ``intrinsic.coef``
+    (``intrinsic.coef_schedule``) at ``agent_steps`` under a list of ``[agent_steps, factor]``
+    points (validated by :mod:`distrl.validation`): 1 until the first point, linear between consecutive points, the last
     point's factor after it; where two points share a step the factor jumps there. So
     ``[[2500000, 1.0], [3000000, 0.2]]`` holds the entropy cost to 2.5M agent steps and brings it
     to a fifth by 3M; ``[[3000000, 1.0], [3000000, 0.2]]`` is a step at 3M. A factor rather
