@@ -40,7 +40,8 @@ def test_the_entropy_cost_follows_its_schedule(entropy_schedule, factor_at_2000)
 def test_piecewise_factor_holds_ramps_and_jumps():
     points = [[100, 1.0], [300, 0.2]]
     assert [piecewise_factor(points, s) for s in (0, 100, 200, 300, 10**6)] == pytest.approx([1, 1, 0.6, 0.2, 0.2])
-    assert piecewise_factor([[300, 1.0], [300, 0.2]], 299) == 1.0 and piecewise_factor([[300, 1.0], [300, 0.2]], 300) == 0.2
+    step = [[300, 1.0], [300, 0.2]]
+    assert piecewise_factor(step, 299) == 1.0 and piecewise_factor(step, 300) == 0.2
 
 
 def test_throughput_is_agent_steps_per_second_over_its_window():
