@@ -95,6 +95,7 @@ class IntrinsicConfig:
     lr: float = MISSING  # the trained network's Adam learning rate (rnd)
     k: int = MISSING  # the nearest neighbour whose distance is the reward (re3)
     memory: int = MISSING  # embeddings of earlier batches among the neighbours (re3)
+    episodic: bool = MISSING  # true: one value head, an episode's end cuts the intrinsic return too
 
 
 @dataclass

@@ -32,7 +32,8 @@ def policy_from_checkpoint(state: dict, path: str):
     from distrl.policy import ActorCritic
 
     train_cfg = OmegaConf.create(state["config"])
-    model = ActorCritic(tuple(state["obs_shape"]), int(state["num_actions"]), train_cfg.model)
+    model = ActorCritic(tuple(state["obs_shape"]), int(state["num_actions"]), train_cfg.model,
+                        intrinsic_value="intrinsic_baseline.weight" in state["model"])
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:

@@ -9,11 +9,15 @@ and ``sigma`` a running standard deviation (below).
 
 Decisions, with their sources:
 
-- **Episodic.** The intrinsic reward joins the extrinsic one in one reward and one value head, so
-  an episode's end cuts both (``terminated`` zeroes the discount). Burda et al. (2019, Section 2.3)
-  found a non-episodic intrinsic return better, with a second value head for it; one head keeps
-  distrl's loss and checkpoints as they are. A step that ends an episode gets no intrinsic reward:
-  its next observation (the final one) is not stored; row ``t+1`` there is the next episode's first.
+- **Non-episodic, two value heads** (Burda et al. 2019, Section 2.3; ``intrinsic.episodic=false``,
+  the default). The intrinsic return runs on across episode ends: reaching a goal does not cost
+  the novelty still to come, so the agent is not paid to keep an episode going. It has its own
+  value head and its own V-trace targets (same importance weights, no discount cut at an episode's
+  end); the policy gradient's advantage is ``A_ext + coef_t * A_int`` (Burda et al. weight the two
+  streams' advantages the same way, 2 and 1). With ``intrinsic.episodic=true`` the intrinsic reward
+  joins the extrinsic one in one reward and one value head instead, and an episode's end cuts both.
+  Either way, a step that ends an episode gets no intrinsic reward: its next observation (the
+  final one) is not stored; row ``t+1`` there is the next episode's first.
 - **Normalisation by a running std, no mean subtracted** (Burda et al. 2019, Section 2.4; rllte
   does the same). RND divides by the std of the discounted intrinsic *returns*; the learner does
   not see an env's unrolls in order, so the returns are those within each unroll of T steps
@@ -24,6 +28,8 @@ Decisions, with their sources:
   by a running mean and std per element and clipped to [-5, 5]; for Atari only the newest frame of
   the stack is used, as in the paper. The statistics start with the first batch (the paper first
   runs a random agent for a while).
+- **One discount**, ``agent.discount``, for both returns (Burda et al. use 0.999 for the extrinsic
+  and 0.99 for the intrinsic one; distrl's Atari default is 0.99 for the extrinsic return already).
 
 Modules: :class:`RND` (Burda et al. 2019, "Exploration by Random Network Distillation") and
 :class:`RE3` (Seo et al. 2021, "State Entropy Maximization with Random Encoders"). Each has a
@@ -45,6 +51,12 @@ from torch import nn
 from distrl.engine.storage import STEPS
 
 NAMES = ("none", "rnd", "re3")
+
+
+def needs_value_head(cfg: DictConfig) -> bool:
+    """Whether the ``intrinsic`` config node ``cfg`` asks for a second value head (a non-episodic
+    intrinsic return; checkpoints written before ``intrinsic.episodic`` existed had none)."""
+    return cfg.name != "none" and not cfg.get("episodic", True)
 
 
 class RunningMeanStd(nn.Module):
@@ -117,18 +129,20 @@ class IntrinsicReward(nn.Module):
         cfg: the ``intrinsic`` config node.
         newest_frame_only: use only the last channel of an image (the newest frame of a stack).
         discount: the discount of the intrinsic returns whose std normalises RND's reward.
+        episodic: those returns are cut at an episode's end (``intrinsic.episodic``).
 
     Raises:
         ValueError: observations that are neither images nor flat vectors.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
-                 discount: float = 0.99):
+                 discount: float = 0.99, episodic: bool = False):
         super().__init__()
         self.is_image = len(obs_shape) == 3
         self.newest_frame_only = newest_frame_only and self.is_image
         self.input_shape = (1, *obs_shape[1:]) if self.newest_frame_only else tuple(obs_shape)
         self.discount = discount
+        self.episodic = episodic
         self.cfg = cfg
         self.reward_rms = RunningMeanStd()
         self.optimizer: torch.optim.Optimizer | None = None
@@ -183,8 +197,8 @@ class RND(IntrinsicReward):
     """
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
-                 discount: float = 0.99):
-        super().__init__(obs_shape, cfg, newest_frame_only, discount)
+                 discount: float = 0.99, episodic: bool = False):
+        super().__init__(obs_shape, cfg, newest_frame_only, discount, episodic)
         self.obs_rms = RunningMeanStd(self.input_shape)
         self.target = feature_net(self.input_shape, cfg.embed_dim)
         self.predictor = nn.Sequential(feature_net(self.input_shape, cfg.embed_dim), nn.ReLU(),
@@ -210,8 +224,9 @@ class RND(IntrinsicReward):
     def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
         returns = torch.zeros_like(raw)
         running = torch.zeros_like(raw[0])
-        for t in range(raw.shape[0] - 1, -1, -1):  # within each unroll; an episode's end cuts it
-            running = raw[t] + self.discount * running * (~ended[t]).float()
+        keep = (~ended).float() if self.episodic else torch.ones_like(raw)
+        for t in range(raw.shape[0] - 1, -1, -1):  # within each unroll; an episode's end cuts it if episodic
+            running = raw[t] + self.discount * running * keep[t]
             returns[t] = running
         self.reward_rms.update(returns)
         return self.reward_rms.std.clamp_min(1e-8)
@@ -247,8 +262,8 @@ class RE3(IntrinsicReward):
     """
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
-                 discount: float = 0.99):
-        super().__init__(obs_shape, cfg, newest_frame_only, discount)
+                 discount: float = 0.99, episodic: bool = False):
+        super().__init__(obs_shape, cfg, newest_frame_only, discount, episodic)
         self.encoder = feature_net(self.input_shape, cfg.embed_dim)
         _orthogonal(self)
         self.encoder.requires_grad_(False)
@@ -286,7 +301,7 @@ def make_intrinsic(obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_onl
     if cfg.name == "none":
         return None
     if cfg.name == "rnd":
-        return RND(obs_shape, cfg, newest_frame_only, discount)
+        return RND(obs_shape, cfg, newest_frame_only, discount, cfg.episodic)
     if cfg.name == "re3":
-        return RE3(obs_shape, cfg, newest_frame_only, discount)
+        return RE3(obs_shape, cfg, newest_frame_only, discount, cfg.episodic)
     raise ValueError(f"intrinsic={cfg.name!r}: use one of {', '.join(NAMES)}")

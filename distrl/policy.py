@@ -6,7 +6,8 @@ and an MLP for flat observations; optionally the previous action (one-hot) and
 reward (clipped to [-1, 1]) beside the encoder's features (IMPALA's Fig. 3 feeds
 them to its LSTM; monobeast's AtariNet concatenates them with or without one);
 an optional LSTM core; a policy head (logits over the discrete actions) and a
-baseline head (state value).
+baseline head (state value), with a second one for the value of a non-episodic intrinsic
+return when a run has one (Burda et al. 2019, Section 2.3; :mod:`distrl.intrinsic`).
 
 This module knows nothing of processes: the actor copy lives on the CPU in
 shared memory and is read by actor processes; the learner copy lives on the
@@ -172,9 +173,11 @@ class ActorCritic(nn.Module):
         obs_shape: one observation's shape.
         num_actions: number of discrete actions A.
         cfg: the ``model`` config node.
+        intrinsic_value: add a second baseline head, ``intrinsic_baseline``, for the value of the
+            intrinsic return (:func:`distrl.intrinsic.needs_value_head`).
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig, intrinsic_value: bool = False):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
         self.num_actions = num_actions
@@ -186,10 +189,13 @@ class ActorCritic(nn.Module):
         head_in = cfg.feature_dim if cfg.use_lstm else core_in
         self.policy = nn.Linear(head_in, num_actions)
         self.baseline = nn.Linear(head_in, 1)
+        self.intrinsic_baseline = nn.Linear(head_in, 1) if intrinsic_value else None
         init_weights(self, cfg.init_fn)
         if cfg.init_fn == "orthogonal":
             nn.init.orthogonal_(self.policy.weight, gain=0.01)
-            nn.init.orthogonal_(self.baseline.weight, gain=1.0)
+            for head in (self.baseline, self.intrinsic_baseline):
+                if head is not None:
+                    nn.init.orthogonal_(head.weight, gain=1.0)
         if len(self.obs_shape) == 3:
             self.to(memory_format=torch.channels_last)
 
@@ -217,6 +223,8 @@ class ActorCritic(nn.Module):
 
         Returns:
             ``logits [T, B, A] float32``, ``baseline [T, B] float32``, the core state after step T-1.
+            With the intrinsic head, ``baseline`` is ``[T, B, 2] float32``: the extrinsic value, then
+            the intrinsic one.
 
         Raises:
             ValueError: ``model.last_action_reward`` is on and ``last_action`` or ``last_reward`` is None.
@@ -241,6 +249,8 @@ class ActorCritic(nn.Module):
             features = torch.cat(outputs).view(T * B, -1)
         logits = self.policy(features).view(T, B, self.num_actions)
         baseline = self.baseline(features).view(T, B)
+        if self.intrinsic_baseline is not None:
+            baseline = torch.stack([baseline, self.intrinsic_baseline(features).view(T, B)], dim=-1)
         return logits, baseline, core_state
 
     @torch.no_grad()
@@ -252,12 +262,14 @@ class ActorCritic(nn.Module):
         ``model.last_action_reward``, ``last_action [B] int64`` and ``last_reward [B] float32``.
 
         Returns:
-            ``{"action": [B] int64, "policy_logits": [B, A], "baseline": [B]}`` and the new core state.
-            Actions are sampled from the policy, or its argmax if ``deterministic``.
+            ``{"action": [B] int64, "policy_logits": [B, A], "baseline": [B]}`` (the extrinsic value)
+            and the new core state. Actions are sampled from the policy, or its argmax if ``deterministic``.
         """
         extra = [None if x is None else x.unsqueeze(0) for x in (last_action, last_reward)]
         logits, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state, *extra)
         logits, baseline = logits[0], baseline[0]
+        if baseline.dim() == 2:  # [B, 2] with the intrinsic head
+            baseline = baseline[:, 0]
         if deterministic:
             action = logits.argmax(dim=-1)
         else:
@@ -355,15 +367,16 @@ class DistributedActorLearner(nn.Module):
         obs_shape: one observation's shape.
         num_actions: number of discrete actions.
         cfg: the ``model`` config node (encoder, feature_dim, hidden_dim, init_fn, use_lstm).
+        intrinsic_value: a second value head for an intrinsic return (:class:`ActorCritic`).
 
     The actor copy is put in shared memory by :meth:`freeze` so actor processes
     read the weights the learner publishes with :meth:`publish`.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig, intrinsic_value: bool = False):
         super().__init__()
-        self.learner = ActorCritic(obs_shape, num_actions, cfg)
-        self.actor = ActorCritic(obs_shape, num_actions, cfg)
+        self.learner = ActorCritic(obs_shape, num_actions, cfg, intrinsic_value)
+        self.actor = ActorCritic(obs_shape, num_actions, cfg, intrinsic_value)
         self.actor.load_state_dict(self.learner.state_dict())
 
     def summary(self) -> str:
@@ -429,6 +442,10 @@ class DistributedActorLearner(nn.Module):
     def load(self, path: str, device: Any = "cpu") -> None:
         """Load weights saved by :meth:`save`, or the model of a distrl checkpoint, into both copies.
 
+        The intrinsic value head is the one part that may differ: weights with one load into a
+        network without (it is left out), weights without one leave this network's head as it is
+        (a fine-tuning run's intrinsic return starts from a fresh value).
+
         Raises:
             distrl.checkpoint.CheckpointError: the file is unsafe or unreadable, or its
                 weights do not fit this network (names the mismatch).
@@ -436,6 +453,10 @@ class DistributedActorLearner(nn.Module):
         from distrl.checkpoint import CheckpointError, load_weights
 
         weights = load_weights(path, device)
+        own = self.learner.state_dict()
+        head = {k for k in (*own, *weights) if k.startswith("intrinsic_baseline.")}
+        weights = {k: v for k, v in weights.items() if k not in head or k in own}
+        weights.update({k: v for k, v in own.items() if k in head and k not in weights})
         try:
             self.learner.load_state_dict(weights)
         except RuntimeError as exc:

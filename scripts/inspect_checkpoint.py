@@ -123,7 +123,8 @@ def main() -> None:
 
     state = load_checkpoint(args.ckpt)
     cfg = OmegaConf.create(state["config"])
-    model = ActorCritic(tuple(state["obs_shape"]), state["num_actions"], cfg.model)
+    model = ActorCritic(tuple(state["obs_shape"]), state["num_actions"], cfg.model,
+                        intrinsic_value="intrinsic_baseline.weight" in state["model"])
     model.load_state_dict(state["model"])
     model.eval()
     env = make_vector_env(cfg.env, 8)

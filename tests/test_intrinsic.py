@@ -9,7 +9,7 @@ from conftest import compose_train
 from test_learner import learner_for, on_policy_batch
 
 from distrl.config import ConfigError
-from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic
+from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
 from distrl.policy import DistributedActorLearner
 from distrl.validation import validate
 
@@ -128,7 +128,7 @@ def test_a_module_state_resumes_exactly(name):
 def _learner(overrides: list[str]):
     cfg = compose_train(["experiment=cartpole", *overrides])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((4,), 2, cfg.model)
+    policy = DistributedActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
     policy.freeze()
     module = make_intrinsic((4,), cfg.intrinsic)
     learner = learner_for(cfg, policy)
@@ -136,8 +136,8 @@ def _learner(overrides: list[str]):
     return learner, policy
 
 
-def test_the_learner_adds_the_weighted_intrinsic_reward_and_reports_it():
-    learner, policy = _learner(["intrinsic=rnd", "intrinsic.coef=0.3"])
+def test_the_episodic_choice_adds_the_weighted_intrinsic_reward_to_the_extrinsic_one():
+    learner, policy = _learner(["intrinsic=rnd", "intrinsic.coef=0.3", "intrinsic.episodic=true"])
     batch = on_policy_batch(policy)
     intrinsic = torch.rand(batch["reward"].shape[0] - 1, batch["reward"].shape[1])
     with_bonus = learner.loss({**batch, "intrinsic_reward": intrinsic}, 0.0, intrinsic_coef=0.3)
@@ -148,6 +148,37 @@ def test_the_learner_adds_the_weighted_intrinsic_reward_and_reports_it():
     losses = learner.update(on_policy_batch(policy, seed=1))
     assert losses["intrinsic_coef"] == 0.3 and losses["intrinsic_loss"] > 0
     assert losses["intrinsic_reward_raw"] > 0 and losses["intrinsic_reward"] > 0
+
+
+@pytest.mark.parametrize("name", ["rnd", "re3"])
+def test_the_intrinsic_return_has_its_own_value_head_and_runs_on_past_an_episode_end(name):
+    """The default (Burda et al. 2019, Section 2.3): novelty found after an episode's end still
+    counts before it, through a second value head; the extrinsic return is cut there as always."""
+    learner, policy = _learner([f"intrinsic={name}", "intrinsic.coef=0.5"])
+    batch = on_policy_batch(policy)
+    assert batch["baseline"].shape[-1] == 2  # [T+1, B, 2]: extrinsic, intrinsic
+    batch["terminated"][0, 0] = True  # env 0's episode ends at step 0
+    logits, values, _ = policy.learner(batch["obs"], batch["first"])
+    intrinsic = torch.zeros(3, 2)
+    later = intrinsic.clone()
+    later[1, 0] = 1.0  # a bonus in env 0's next episode
+    advantages, errors = learner.targets({**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
+    advantages_later, errors_later = learner.targets({**batch, "intrinsic_reward": later}, logits, values, 0.5)
+    assert len(errors) == 2
+    assert advantages_later[0, 0] > advantages[0, 0]  # seen across the episode's end
+    torch.testing.assert_close(errors_later[0], errors[0])  # the extrinsic targets do not see it
+    assert (errors_later[1][:2, 0] > errors[1][:2, 0]).all()
+    without, _ = learner.targets({**batch, "intrinsic_reward": later}, logits, values, 0.0)
+    extrinsic_only, _ = learner.targets(batch, logits, values[..., 0])
+    torch.testing.assert_close(without, extrinsic_only)  # coef 0: the extrinsic advantages alone
+
+    single, policy_single = _learner([f"intrinsic={name}", "intrinsic.coef=0.5", "intrinsic.episodic=true"])
+    batch = on_policy_batch(policy_single)
+    batch["terminated"][0, 0] = True
+    logits, values, _ = policy_single.learner(batch["obs"], batch["first"])
+    advantages, _ = single.targets({**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
+    advantages_later, _ = single.targets({**batch, "intrinsic_reward": later}, logits, values, 0.5)
+    assert advantages_later[0, 0] == advantages[0, 0]  # episodic: the end cuts it
 
 
 def test_pretraining_leaves_the_extrinsic_reward_out():

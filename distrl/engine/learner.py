@@ -7,8 +7,10 @@ published into the actors' copy). The loss is IMPALA's (Espeholt et al. 2018, Se
 gradient with V-trace advantages, ``baseline_cost`` x the squared error to the V-trace targets
 ``vs``, and ``entropy_cost`` x the negative entropy, each averaged over the ``T x B`` steps of the
 batch (IMPALA sums them; :mod:`distrl.vtrace` says why distrl averages). Rewards are clipped to
-``[-reward_clip, reward_clip]`` in the loss only; with an intrinsic reward (:mod:`distrl.intrinsic`)
-V-trace sees ``clipped r_ext + coef x normalised r_int`` (``r_int`` alone when pretraining). The
+``[-reward_clip, reward_clip]`` in the loss only. With an intrinsic reward (:mod:`distrl.intrinsic`)
+the normalised ``r_int`` has its own return, value head and V-trace targets, not cut at episode
+ends, and the policy gradient's advantage is ``A_ext + coef x A_int`` (with ``intrinsic.episodic``:
+one return of ``clipped r_ext + coef x r_int``); pretraining leaves ``r_ext`` out. The
 learning rate, the entropy cost and the intrinsic reward's weight of each update come from
 :class:`distrl.engine.schedule.Schedule` at the learner's update count, the one counter of a run.
 An update makes ``num_epochs`` optimizer steps on its batch.
@@ -161,8 +163,7 @@ class Learner:
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
         """IMPALA's loss on ``batch``: ``(total, policy, value, entropy)``, scalar tensors averaged over
-        the ``T x B`` steps. With ``batch["intrinsic_reward"]`` (``[T, B]``, normalised) the reward is
-        the clipped extrinsic one (none when pretraining) plus ``intrinsic_coef`` times it.
+        the ``T x B`` steps, with the advantages and value targets of :meth:`targets`.
 
         The network runs on all T+1 rows with the weights of this moment; the loss uses rows
         :data:`STEPS` and bootstraps from the value of row :data:`BOOTSTRAP` (the layout is
@@ -172,26 +173,60 @@ class Learner:
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
                                          batch.get("last_action"), batch.get("last_reward"))
+        advantages, value_errors = self.targets(batch, logits, values, intrinsic_coef)
+        logits = logits[STEPS]
+        pg_loss = vtrace.policy_gradient_loss(logits, batch["action"][STEPS], advantages)
+        value_loss = sum(vtrace.baseline_loss(errors) for errors in value_errors)
+        entropy_loss = vtrace.entropy_loss(logits)
+        total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+        return total, pg_loss, value_loss, entropy_loss
+
+    def targets(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+                intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """V-trace on ``batch`` (Espeholt et al. 2018, Section 4): the policy gradient's advantages
+        ``[T, B]`` (no gradient) and, per value head, ``vs - V(x)`` ``[T, B]`` (with gradient).
+
+        ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]``, or ``[T+1, B, 2]`` with the intrinsic head)
+        are the network's on all rows. Rewards are the extrinsic ones clipped to ``agent.reward_clip``
+        (0 when pretraining). With ``batch["intrinsic_reward"]`` (``[T, B]``, normalised): on a
+        network with an intrinsic value head, that head gets its own V-trace targets of the intrinsic
+        return (discounted by ``agent.discount``, not cut at episode ends; Burda et al. 2019,
+        Section 2.3) and the advantage is ``A_ext + intrinsic_coef x A_int``; on a network with one
+        head (``intrinsic.episodic``), the reward is the extrinsic one plus ``intrinsic_coef`` times it.
+        """
+        agent = self.agent
+        two_heads = values.dim() == 3
+        values, intrinsic_values = (values[..., 0], values[..., 1]) if two_heads else (values, None)
         logits, baseline = logits[STEPS], values[STEPS]
         rewards = batch["reward"][STEPS]
         if agent.reward_clip is not None:
             rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
         if self.pretraining:
             rewards = torch.zeros_like(rewards)
-        if "intrinsic_reward" in batch:
+        if "intrinsic_reward" in batch and not two_heads:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         actions = batch["action"][STEPS]
-        targets = vtrace.vtrace_from_logits(
-            behaviour_logits=batch["policy_logits"][STEPS], target_logits=logits, actions=actions,
+        behaviour_logits = batch["policy_logits"][STEPS]
+        extrinsic = vtrace.vtrace_from_logits(
+            behaviour_logits=behaviour_logits, target_logits=logits, actions=actions,
             rewards=rewards, terminated=batch["terminated"][STEPS], truncated=batch["truncated"][STEPS],
             values=baseline, bootstrap_value=values[BOOTSTRAP], truncation_values=batch["truncation_value"][STEPS],
             discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
         )
-        pg_loss = vtrace.policy_gradient_loss(logits, actions, targets.pg_advantages)
-        value_loss = vtrace.baseline_loss(targets.vs - baseline)
-        entropy_loss = vtrace.entropy_loss(logits)
-        total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
-        return total, pg_loss, value_loss, entropy_loss
+        advantages, errors = extrinsic.pg_advantages, [extrinsic.vs - baseline]
+        if two_heads:
+            never = torch.zeros_like(actions, dtype=torch.bool)
+            intrinsic_baseline = intrinsic_values[STEPS]
+            intrinsic = vtrace.vtrace_from_logits(
+                behaviour_logits=behaviour_logits, target_logits=logits, actions=actions,
+                rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)), terminated=never, truncated=never,
+                values=intrinsic_baseline, bootstrap_value=intrinsic_values[BOOTSTRAP],
+                truncation_values=torch.zeros_like(intrinsic_baseline),
+                discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
+            )
+            advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
+            errors.append(intrinsic.vs - intrinsic_baseline)
+        return advantages, errors
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
                         stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[list[float], bool]:

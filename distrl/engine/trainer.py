@@ -38,7 +38,7 @@ from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
 from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers, handling_signals
 from distrl.envs import env_seed, eval_seed
-from distrl.intrinsic import make_intrinsic
+from distrl.intrinsic import make_intrinsic, needs_value_head
 from distrl.policy import DistributedActorLearner
 from distrl.telemetry import NullTelemetry, Telemetry
 from distrl.validation import Validated, validate
@@ -84,7 +84,8 @@ class DistributedTrainer:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
-        self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model)
+        self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model,
+                                              intrinsic_value=needs_value_head(cfg.intrinsic))
         self.intrinsic = make_intrinsic(self.spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
                                         discount=cfg.agent.discount)
         if cfg.train.init_model_path:
