@@ -30,7 +30,7 @@ test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (
 	$(BIN)/python -m pytest -m long $(ARGS)
 
 lint: $(STAMP) ## ruff
-	$(BIN)/ruff check distrl tests scripts
+	$(BIN)/ruff check distrl tests scripts examples
 
 bench: $(STAMP) ## throughput benchmark (scripts/bench.py); add ARGS="env=atari ..."
 	$(BIN)/python scripts/bench.py $(ARGS)

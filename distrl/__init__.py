@@ -1,11 +1,15 @@
 """distrl: distributed IMPALA training (Espeholt et al. 2018) configured by Hydra.
 
-The Python API (names as in the seed API)::
+The Python API, distrl's own::
 
     from distrl import DistributedTrainer, compose_config
     cfg = compose_config(["experiment=cartpole", "train.num_train_steps=100000"])
     trainer = DistributedTrainer(cfg, run_dir="outputs/api-run")
     trainer.train()
+
+and the seeds' shapes (:mod:`distrl.api`, docs/api.md): rllte's ``DistributedAgent``, ``IMPALA`` and
+``DistributedActorLearner``, Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)``, rlpack's
+``SimulatorDistributed``.
 """
 
 __version__ = "0.1.0"
@@ -17,7 +21,8 @@ from distrl.config import register_configs as _register_configs  # noqa: E402
 
 _register_configs()
 
-__all__ = ["DistributedActorLearner", "DistributedTrainer", "compose_config"]
+__all__ = ["IMPALA", "DistributedActorLearner", "DistributedAgent", "DistributedTrainer", "SimulatorDistributed",
+           "compose_config"]
 
 
 def __getattr__(name: str):
@@ -30,6 +35,10 @@ def __getattr__(name: str):
         from distrl.policy import DistributedActorLearner
 
         return DistributedActorLearner
+    if name in ("DistributedAgent", "IMPALA", "SimulatorDistributed"):
+        from distrl import api
+
+        return getattr(api, name)
     if name == "compose_config":
         from distrl.config import compose_config
 

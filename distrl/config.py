@@ -47,6 +47,8 @@ class GymEnvConfig:
     kind: str = MISSING
     id: str = MISSING
     max_episode_steps: int | None = MISSING  # None: the id's registered limit
+    spec: str | None = MISSING  # set by the Python API: a gymnasium.make env's EnvSpec as JSON
+    factory: str | None = MISSING  # set by the Python API: a zero-argument env factory, pickled (base64)
 
 
 @dataclass

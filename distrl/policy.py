@@ -19,6 +19,7 @@ the next (the LSTM state, the previous action and reward, episode starts).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 CoreState = tuple[torch.Tensor, ...]
@@ -361,50 +362,127 @@ def final_values(model: ActorCritic, final_obs: torch.Tensor, state: AgentState,
 
 
 class DistributedActorLearner(nn.Module):
-    """An actor copy of the network on the CPU and a learner copy on the training device.
+    """An actor copy of the network on the CPU and a learner copy on the training device (rllte's
+    ``DistributedActorLearner``).
+
+    Two ways to build one: rllte's signature, below, or :meth:`from_config` (what distrl's trainer
+    uses: the ``model`` config node).
 
     Args:
-        obs_shape: one observation's shape.
-        num_actions: number of discrete actions.
-        cfg: the ``model`` config node (encoder, feature_dim, hidden_dim, init_fn, use_lstm).
+        observation_space: a Gymnasium ``Box`` (or one observation's shape): ``[C, H, W] uint8``
+            images get the Nature CNN (the IMPALA ResNet below 36 pixels a side), vectors the MLP.
+        action_space: a Gymnasium ``Discrete`` (or the number of actions).
+        feature_dim: the encoder's output features.
+        hidden_dim: the MLP's hidden units (vectors only).
+        opt_class, opt_kwargs: the optimizer over the learner copy, in :attr:`optimizers` ``["opt"]``
+            (``opt_kwargs`` None: the class's defaults). distrl's trainer makes its own from
+            ``agent.*`` instead.
+        init_fn: ``orthogonal``, ``xavier_uniform``, or ``identity`` (rllte's name for the layers'
+            own initialisation; ``default`` in distrl's config).
+        use_lstm: an LSTM core.
         intrinsic_value: a second value head for an intrinsic return (:class:`ActorCritic`).
+
+    Raises:
+        ValueError: a space distrl cannot model (not ``Discrete`` actions; not images or vectors),
+            or an unknown ``init_fn``.
 
     The actor copy is put in shared memory by :meth:`freeze` so actor processes
     read the weights the learner publishes with :meth:`publish`.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig, intrinsic_value: bool = False):
-        super().__init__()
-        self.learner = ActorCritic(obs_shape, num_actions, cfg, intrinsic_value)
-        self.actor = ActorCritic(obs_shape, num_actions, cfg, intrinsic_value)
-        self.actor.load_state_dict(self.learner.state_dict())
+    INIT_FNS = {"orthogonal": "orthogonal", "xavier_uniform": "xavier_uniform", "identity": "default",
+                "default": "default"}
 
-    def summary(self) -> str:
+    def __init__(self, observation_space: Any, action_space: Any, feature_dim: int = 512, hidden_dim: int = 512,
+                 opt_class: type[torch.optim.Optimizer] = torch.optim.Adam, opt_kwargs: dict | None = None,
+                 init_fn: str = "orthogonal", use_lstm: bool = False, *, intrinsic_value: bool = False,
+                 model_cfg: DictConfig | None = None):
+        super().__init__()
+        obs_shape = tuple(getattr(observation_space, "shape", observation_space))
+        if hasattr(action_space, "n"):
+            num_actions = int(action_space.n)
+        elif isinstance(action_space, int):
+            num_actions = action_space
+        else:
+            raise ValueError(f"action_space={action_space!r}: distrl's policy takes Discrete actions")
+        seed_style = model_cfg is None
+        if seed_style:
+            if init_fn not in self.INIT_FNS:
+                raise ValueError(f"init_fn={init_fn!r}: use one of {', '.join(self.INIT_FNS)}")
+            model_cfg = OmegaConf.create({"encoder": _seed_encoder(obs_shape), "feature_dim": feature_dim,
+                                          "hidden_dim": hidden_dim, "init_fn": self.INIT_FNS[init_fn],
+                                          "use_lstm": use_lstm, "last_action_reward": False})
+        self.learner = ActorCritic(obs_shape, num_actions, model_cfg, intrinsic_value)
+        self.actor = ActorCritic(obs_shape, num_actions, model_cfg, intrinsic_value)
+        self.actor.load_state_dict(self.learner.state_dict())
+        self.optimizers: dict[str, torch.optim.Optimizer] = (
+            {"opt": opt_class(self.learner.parameters(), **(opt_kwargs or {}))} if seed_style else {})
+
+    @classmethod
+    def from_config(cls, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig,
+                    intrinsic_value: bool = False) -> DistributedActorLearner:
+        """The pair for one observation's shape, ``num_actions`` discrete actions and the ``model``
+        config node ``cfg`` (encoder, feature_dim, hidden_dim, init_fn, use_lstm, last_action_reward);
+        no optimizer (the trainer makes its own)."""
+        return cls(obs_shape, num_actions, intrinsic_value=intrinsic_value, model_cfg=cfg)
+
+    def describe(self) -> str:
         """One line: the encoder, the core and the number of parameters."""
         net = self.learner
         n_params = sum(p.numel() for p in net.parameters())
         core = f"LSTM {net.core.hidden_size}" if net.core is not None else "no LSTM"
         return f"model {type(net.encoder).__name__}, {core}, {n_params:,} parameters"
 
-    def freeze(self) -> None:
-        """Put the actor copy in shared memory, without gradients, in eval mode."""
+    def freeze(self, encoder: nn.Module | None = None, dist: Any = None) -> None:
+        """Put the actor copy in shared memory, without gradients, in eval mode.
+
+        Args:
+            encoder: rllte's custom encoder, ``[N, *obs_shape] -> [N, feature_dim]`` float32, given the
+                observations as the actors store them (``uint8`` images, ``float32`` vectors): it
+                replaces the configured one in both copies (the learner's is trained). None: keep it.
+            dist: the action distribution; only the categorical one (None, or a class named
+                ``Categorical``) is offered.
+
+        Raises:
+            ValueError: another distribution, or an encoder whose output is not ``feature_dim`` wide.
+        """
+        if dist is not None and getattr(dist, "__name__", type(dist).__name__) != "Categorical":
+            raise ValueError(f"dist={dist!r}: distrl's policy is categorical (discrete actions)")
+        if encoder is not None:
+            shape = self.learner.obs_shape
+            with torch.no_grad():
+                out = encoder(torch.zeros(1, *shape, dtype=torch.uint8 if len(shape) == 3 else torch.float32))
+            width = self.learner.policy.in_features - (self.learner.num_actions + 1
+                                                        if self.learner.last_action_reward else 0)
+            if self.learner.core is not None:
+                width = self.learner.core.input_size
+            if out.shape[-1] != width:
+                raise ValueError(f"encoder gives {out.shape[-1]} features, the network takes {width}")
+            self.learner.encoder = encoder
+            self.actor.encoder = copy.deepcopy(encoder)
+            self.actor.load_state_dict(self.learner.state_dict())
+            if "opt" in self.optimizers:
+                self.optimizers["opt"] = type(self.optimizers["opt"])(self.learner.parameters(),
+                                                                      **self.optimizers["opt"].defaults)
         self.actor.requires_grad_(False)
         self.actor.eval()
         self.actor.share_memory()
 
-    def explore(
-        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (),
-        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
-    ) -> tuple[dict[str, torch.Tensor], CoreState]:
-        """Sample actions with the actor copy (behaviour policy); see :meth:`ActorCritic.act`."""
-        return self.actor.act(obs, first, core_state, False, last_action, last_reward)
+    def explore(self, obs: torch.Tensor, first: torch.Tensor | None = None) -> torch.Tensor:
+        """Actions ``[B] int64`` sampled by the actor copy (the behaviour policy) for ``obs
+        [B, *obs_shape]`` (``first [B] bool``: episode starts; None: all). Without an LSTM state or
+        the previous action and reward; :func:`step_policy` carries those."""
+        first = torch.ones(obs.shape[0], dtype=torch.bool) if first is None else first
+        out, _ = self.actor.act(obs, first, self.actor.initial_state(obs.shape[0]) if self.actor.core else ())
+        return out["action"]
 
     def forward(
-        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False,
-        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
+        self, obs: torch.Tensor, first: torch.Tensor | None = None, core_state: CoreState = (),
+        deterministic: bool = False, last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, CoreState]:
         """Actions ``[B] int64`` of the learner copy (target policy) for ``obs [B, *obs_shape]``
-        (and the previous action and reward, see :meth:`ActorCritic.act`)."""
+        (and the previous action and reward, see :meth:`ActorCritic.act`); for inference only."""
+        first = torch.ones(obs.shape[0], dtype=torch.bool, device=obs.device) if first is None else first
         out, core_state = self.learner.act(obs, first, core_state, deterministic, last_action, last_reward)
         return out["action"], core_state
 
@@ -462,3 +540,13 @@ class DistributedActorLearner(nn.Module):
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: its weights do not fit this model: {str(exc).splitlines()[0]}") from None
         self.publish()
+
+
+def _seed_encoder(obs_shape: tuple[int, ...]) -> str:
+    """The encoder for observations of ``obs_shape`` built from rllte's signature: the Nature CNN for
+    images of at least 36 pixels a side, the IMPALA ResNet for smaller ones, the MLP for vectors."""
+    if len(obs_shape) == 3:
+        return "nature_cnn" if min(obs_shape[1:]) >= MIN_IMAGE_SIDE["nature_cnn"] else "impala_resnet"
+    if len(obs_shape) == 1:
+        return "mlp"
+    raise ValueError(f"observations of shape {obs_shape}: distrl's policy takes [C, H, W] images or vectors")

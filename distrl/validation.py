@@ -68,7 +68,8 @@ def validate_env(env: DictConfig) -> None:
         ConfigError: naming ``env.<key>``.
     """
     _check(env.kind in ("atari", "gym"), "env.kind", env.kind, "atari or gym")
-    problem = known_env_id_error(env.kind, env.id)
+    rebuilt = env.kind == "gym" and (env.get("spec") or env.get("factory"))  # the id only names it
+    problem = None if rebuilt else known_env_id_error(env.kind, env.id)
     if problem:
         raise ConfigError(f"env.id={env.id!r} is not allowed: {problem}")
     if env.kind == "atari":

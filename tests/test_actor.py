@@ -32,7 +32,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
     cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
-    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
+    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze()
     ctx = mp.get_context("spawn")
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)

@@ -128,7 +128,7 @@ def test_a_module_state_resumes_exactly(name):
 def _learner(overrides: list[str]):
     cfg = compose_train(["experiment=cartpole", *overrides])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
+    policy = DistributedActorLearner.from_config((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
     policy.freeze()
     module = make_intrinsic((4,), cfg.intrinsic)
     learner = learner_for(cfg, policy)
@@ -259,11 +259,11 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
 
 def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):
     cfg = compose_train(["experiment=sparse_chain"])
-    policy = DistributedActorLearner((40,), 2, cfg.model)
+    policy = DistributedActorLearner.from_config((40,), 2, cfg.model)
     first = policy.save(tmp_path, pretraining=True, global_step=5000)
     second = policy.save(tmp_path, pretraining=False, global_step=8000)
     assert (first.name, second.name) == ("pretrained_5000.pth", "agent_8000.pth")
-    other = DistributedActorLearner((40,), 2, cfg.model)
+    other = DistributedActorLearner.from_config((40,), 2, cfg.model)
     other.load(str(first), "cpu")
     for key, value in other.actor.state_dict().items():
         torch.testing.assert_close(value, policy.learner.state_dict()[key])

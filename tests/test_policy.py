@@ -1,4 +1,4 @@
-"""The seed API of DistributedActorLearner: summary, explore, freeze, forward, to, save, load."""
+"""The seed API of DistributedActorLearner: describe, explore, freeze, forward, to, save, load."""
 
 import pytest
 import torch
@@ -9,12 +9,12 @@ from distrl.policy import DistributedActorLearner
 
 def make(model: str, obs_shape):
     cfg = compose_train([f"model={model}", "experiment=cartpole" if model == "mlp" else "env=atari"])
-    return DistributedActorLearner(obs_shape, 6, cfg.model)
+    return DistributedActorLearner.from_config(obs_shape, 6, cfg.model)
 
 
 def test_actor_and_learner_copies(tmp_path):
     policy = make("nature_cnn", (4, 84, 84))
-    assert policy.summary().endswith(f"{sum(p.numel() for p in policy.learner.parameters()):,} parameters")
+    assert policy.describe().endswith(f"{sum(p.numel() for p in policy.learner.parameters()):,} parameters")
     policy.to("cpu")
     policy.freeze()
     assert all(p.is_shared() and not p.requires_grad for p in policy.actor.parameters())
@@ -22,8 +22,9 @@ def test_actor_and_learner_copies(tmp_path):
 
     obs = torch.randint(0, 255, (3, 4, 84, 84), dtype=torch.uint8)
     first = torch.ones(3, dtype=torch.bool)
-    out, _ = policy.explore(obs, first)
-    assert out["action"].shape == (3,) and out["action"].dtype == torch.int64
+    actions = policy.explore(obs, first)
+    assert actions.shape == (3,) and actions.dtype == torch.int64
+    out, _ = policy.actor.act(obs, first)
     assert out["policy_logits"].shape == (3, 6) and out["baseline"].shape == (3,)
     greedy, _ = policy(obs, first, deterministic=True)
     assert torch.equal(greedy, out["policy_logits"].argmax(-1))  # both copies hold the same weights
@@ -59,7 +60,7 @@ def test_every_encoder_runs_an_unroll():
 
 def test_the_previous_action_and_reward_count_within_an_episode_only():
     cfg = compose_train(["env=atari", "model.last_action_reward=true"])
-    net = DistributedActorLearner((4, 84, 84), 6, cfg.model).learner
+    net = DistributedActorLearner.from_config((4, 84, 84), 6, cfg.model).learner
     obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
     first = torch.tensor([[True, True, True], [False, False, False]])
     with pytest.raises(ValueError, match="last_action"):

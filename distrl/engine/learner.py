@@ -23,6 +23,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -73,6 +74,10 @@ class Learner:
         pretraining: the extrinsic reward is left out of the loss (reward-free training).
 
     Attributes:
+        update_fn: what a learner thread calls for one update, ``(batch, stop) -> dict`` like
+            :meth:`update` (the default); :class:`distrl.api.DistributedAgent` puts its ``update`` here.
+        loss_fn: the loss of an optimizer step, ``(batch, entropy_cost, intrinsic_coef) -> (total,
+            policy, value, entropy)`` like :meth:`loss` (the default).
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
             the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
     """
@@ -91,6 +96,10 @@ class Learner:
         self.network = torch.compile(policy.learner) if compile else policy.learner
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
+        # What the learner threads call for an update, and an optimizer step for the loss: these
+        # methods, or a DistributedAgent subclass's overrides (distrl.api)
+        self.update_fn: Callable[..., dict] = self.update
+        self.loss_fn: Callable[..., tuple[torch.Tensor, ...]] = self.loss
 
     @property
     def updates(self) -> int:
@@ -233,7 +242,7 @@ class Learner:
         """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
         Returns ``[total, policy, value, entropy, grad_norm]`` (the norm before clipping) and whether
         the step was made."""
-        losses = self.loss(batch, entropy_cost, intrinsic_coef)
+        losses = self.loss_fn(batch, entropy_cost, intrinsic_coef)
         self.optimizer.zero_grad(set_to_none=True)
         losses[0].backward()
         parameters = list(self.policy.learner.parameters())
@@ -347,9 +356,10 @@ def _learn(learner: Learner, batch: dict, stats: LearnerStats, policy_version, s
     start = time.perf_counter()
     with learner.lock:  # a checkpoint, and the trainer's timing, see the weights and the counter of one moment
         lag = learner.updates - batch["policy_version"].float().mean().item()
-        losses = learner.update(batch, stop)
+        losses = dict(learner.update_fn(batch, stop))
+        losses.setdefault("finite", True)
         policy_version.value = learner.position.policy_version
-        publish_seconds = losses.pop("publish_seconds")
+        publish_seconds = losses.pop("publish_seconds", 0.0)
         with stats.lock:
             stats.policy_lag = lag
             stats.last = {k: v for k, v in losses.items() if k != "finite"}

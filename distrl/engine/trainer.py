@@ -53,11 +53,20 @@ TICK_SECONDS = 0.25
 class DistributedTrainer:
     """IMPALA training of one run.
 
+    Two shapes: distrl's ``DistributedTrainer(cfg, run_dir)`` and Hsuanwu's
+    ``DistributedTrainer(cfgs, train_env, test_env=None)``: an argument in ``run_dir``'s place that is
+    not a path is the training env, one in ``progress``'s place that is not a bool the test env.
+
     Args:
-        cfg: a train config (:func:`distrl.compose_config`).
-        run_dir: the run directory (checkpoints, TensorBoard, metrics.jsonl, train.log).
+        cfg: a train config (:func:`distrl.compose_config`, or Hydra's ``compose("train")`` after
+            ``hydra.initialize_config_module("distrl.conf")``).
+        run_dir: the run directory (checkpoints, TensorBoard, metrics.jsonl, train.log); None: the
+            running Hydra app's output directory, else ``outputs/<date>/<time>[_tag]``.
         progress: show the console progress bar; None: when stderr is a terminal (elsewhere,
             e.g. in a log file, the periodic log lines stand in for it).
+        train_env, test_env: envs as Python objects (:mod:`distrl.envs.objects`: a Gymnasium id, a
+            ``gymnasium.make`` env or vector env, or a picklable env factory) that replace
+            ``cfg.env`` for training and for evaluation; None: ``cfg.env``.
         ranks: this process's rank among several (:func:`distrl.distributed.from_environment`);
             None: one rank. Rank 0 alone saves, evaluates and writes metrics.
         validated: what :func:`distrl.validation.validate` returned for ``cfg`` (the command
@@ -72,20 +81,29 @@ class DistributedTrainer:
         checkpoint.CheckpointError: the checkpoint to resume from is unusable or does not fit.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike, progress: bool | None = None,
-                 ranks: Ranks | None = None, validated: Validated | None = None):
+    def __init__(self, cfg: DictConfig, run_dir: Any = None, progress: Any = None,
+                 ranks: Ranks | None = None, validated: Validated | None = None, *, train_env: Any = None,
+                 test_env: Any = None, eval_env: DictConfig | None = None):
+        if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):  # Hsuanwu's (cfgs, train_env, ...)
+            train_env, run_dir = run_dir, None
+        if progress is not None and not isinstance(progress, bool):  # Hsuanwu's test_env
+            test_env, progress = progress, None
+        if train_env is not None or test_env is not None:
+            cfg, eval_env = _with_env_objects(cfg, train_env, test_env)
+            validated = None
         self.placement, self.spec = validated or validate(cfg)
         self.cfg = cfg
+        self.eval_env = cfg.env if eval_env is None else eval_env
         self.ranks = ranks or Ranks()
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir) if run_dir is not None else _default_run_dir(cfg)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.device = self.placement.device
 
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
-        self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model,
-                                              intrinsic_value=needs_value_head(cfg.intrinsic))
+        self.policy = DistributedActorLearner.from_config(self.spec.obs_shape, self.spec.num_actions, cfg.model,
+                                                          intrinsic_value=needs_value_head(cfg.intrinsic))
         self.intrinsic = make_intrinsic(self.spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
                                         discount=cfg.agent.discount)
         if cfg.train.init_model_path:
@@ -242,7 +260,7 @@ class DistributedTrainer:
         with self.learner.lock:
             model = copy.deepcopy(self.policy.learner).cpu()
         seed = eval_seed(self.cfg.seed, self.position.agent_steps) if seed is None else seed
-        return evaluate(model, self.cfg.env, num_episodes, seed, deterministic)
+        return evaluate(model, self.eval_env, num_episodes, seed, deterministic)
 
     # ----------------------------------------------------------------- main entry
     def train(self) -> dict[str, Any]:
@@ -283,7 +301,7 @@ class DistributedTrainer:
         log.info("%s: observations %s, %d actions | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
                  "%d thread(s) | %s", cfg.env.id, self.spec.obs_shape, self.spec.num_actions, p.num_actors,
                  p.envs_per_actor, cfg.num_steps, cfg.batch_size, self.device, p.learner_threads,
-                 self.policy.summary())
+                 self.policy.describe())
         log.debug("%s", self.policy.learner)
         if self.ranks.enabled:
             log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
@@ -314,7 +332,7 @@ class DistributedTrainer:
             restart_window=train.actor_restart_window,
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
-        self.evaluations = Evaluations(self.policy.learner, cfg.env, train.num_eval_episodes, cfg.seed)
+        self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed)
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, p, self.policy.actor, storage, self.channels, first_actor=first_actor)
@@ -417,15 +435,11 @@ class DistributedTrainer:
                    "charts/policy_lag": self.stats.policy_lag, "charts/actor_restarts": self.workers.restarts,
                    "losses/nonfinite_updates": self.stats.nonfinite_updates}
         last = dict(self.stats.last)
-        if last:
-            scalars["charts/learning_rate"] = last["learning_rate"]
-            scalars["charts/entropy_cost"] = last["entropy_cost"]
-            scalars.update({f"losses/{name}": last[name] for name in ("total", "policy", "value", "entropy",
-                                                                      "grad_norm")})
-            if "intrinsic_reward" in last:
-                scalars.update({f"charts/{name}": last[name] for name in
-                                ("intrinsic_reward", "intrinsic_reward_raw", "intrinsic_coef")})
-                scalars["losses/intrinsic"] = last["intrinsic_loss"]
+        charts = ("learning_rate", "entropy_cost", "intrinsic_reward", "intrinsic_reward_raw", "intrinsic_coef")
+        for name, value in last.items():  # an update override (distrl.api) may add metrics of its own
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                key = "losses/intrinsic" if name == "intrinsic_loss" else f"losses/{name}"
+                scalars["charts/" + name if name in charts else key] = value
         if updates > updates_then:
             scalars.update({f"perf/learner_{name}_ms": 1000 * (seconds[name] - seconds_then[name])
                             / (updates - updates_then) for name in seconds})
@@ -435,7 +449,7 @@ class DistributedTrainer:
         mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
         log.info("steps=%d frames=%d SPS=%.0f return(mean of last %d)=%s loss=%s lag=%.1f", steps,
                  steps * self.spec.frameskip, sps, len(recent_returns), mean_return,
-                 f"{last['total']:.3f}" if last else "n/a", self.stats.policy_lag)
+                 f"{last['total']:.3f}" if "total" in last else "n/a", self.stats.policy_lag)
         return now, steps, timed
 
     def _evaluate_when_due(self, steps: int, done: bool) -> None:
@@ -501,6 +515,33 @@ class DistributedTrainer:
         self.evals.ran(step)
         snapshot = self.checkpoint_state()
         self._log_eval(*self.evaluations.run(snapshot, step), step)
+
+
+def _with_env_objects(cfg: DictConfig, train_env: Any, test_env: Any) -> tuple[DictConfig, DictConfig | None]:
+    """``cfg`` with its ``env`` node (and, for a vector env, ``envs_per_actor``) made for ``train_env``
+    (if given), and the ``env`` node of ``test_env`` for evaluation (None: the training env). Only
+    the env changes: the model and agent values stay ``cfg``'s (validation says if the model does
+    not fit the env)."""
+    from distrl.api import env_node
+
+    cfg = copy.deepcopy(cfg)
+    if train_env is not None:
+        node, num_envs = env_node(train_env, "train_env")
+        OmegaConf.set_struct(cfg, False)
+        cfg.env = node
+        if num_envs is not None:
+            cfg.envs_per_actor = num_envs
+        OmegaConf.set_struct(cfg, True)
+    return cfg, None if test_env is None else env_node(test_env, "test_env")[0]
+
+
+def _default_run_dir(cfg: DictConfig) -> Path:
+    """The running Hydra app's output directory, else ``outputs/<date>/<time>[_tag]``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path("outputs") / (time.strftime("%Y-%m-%d/%H-%M-%S") + (f"_{cfg.tag}" if cfg.tag else ""))
 
 
 def _already_stopping(signum, frame) -> None:

@@ -61,10 +61,20 @@ def is_image(space: gym.Space) -> bool:
 
 
 def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
-    """One env of ``cfg.id`` (``render_mode`` as in ``gym.make``): uint8 images are kept as they
-    are, any other observation becomes float32."""
+    """One env of ``cfg.id`` (``render_mode`` as in ``gym.make``), or of ``cfg.spec`` or
+    ``cfg.factory`` where the Python API set them (:mod:`distrl.envs.objects`): uint8 images are
+    kept as they are, any other observation becomes float32."""
     kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-    env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
+    if cfg.get("factory"):  # a Python-API env factory (distrl.envs.objects)
+        from distrl.envs.objects import decode_factory
+
+        env = decode_factory(cfg.factory)()
+        if cfg.max_episode_steps is not None:
+            env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)
+    elif cfg.get("spec"):  # a Python-API env made by gymnasium.make: its spec, kwargs and wrappers
+        env = gym.make(gym.envs.registration.EnvSpec.from_json(cfg.spec), render_mode=render_mode, **kwargs)
+    else:
+        env = gym.make(cfg.id, render_mode=render_mode, **kwargs)
     if minigrid is not None and isinstance(env.unwrapped, minigrid.minigrid_env.MiniGridEnv):
         env = ImgObsWrapper(env)  # the view alone: [7, 7, 3] uint8
         view = env.observation_space

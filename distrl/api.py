@@ -1,0 +1,361 @@
+"""The seeds' Python API: rllte's ``DistributedAgent`` and ``IMPALA``, and rlpack's
+``SimulatorDistributed``, as thin layers over distrl's config and engine.
+
+Each turns its arguments into distrl config keys (the table is docs/api.md: units, conversions and
+what is refused) and trains with :class:`distrl.engine.trainer.DistributedTrainer`; nothing here
+trains by itself. Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is that class itself.
+
+Example (rllte's quick start with the import changed)::
+
+    import gymnasium as gym
+    from distrl import IMPALA
+
+    if __name__ == "__main__":
+        env = gym.make_vec("CartPole-v1", num_envs=4)
+        agent = IMPALA(env=env, num_actors=1, num_learners=1, device="cpu")
+        agent.train(num_train_steps=50000)
+        print(agent.eval(num_eval_episodes=10))
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from distrl.config import ConfigError, compose_config
+from distrl.envs.objects import EnvChoice, EnvObjectError, env_choice
+
+__all__ = ["DistributedAgent", "IMPALA", "SimulatorDistributed", "EnvObjectError", "env_node"]
+
+# rllte's keyword arguments (IMPALA's, rllte at ef55dda) -> distrl keys; eps and max_grad_norm are
+# converted (rllte sums the loss over the T x B steps of a batch, distrl averages it; docs/api.md)
+AGENT_KWARGS = {
+    "batch_size": "batch_size",
+    "feature_dim": "model.feature_dim",
+    "hidden_dim": "model.hidden_dim",
+    "use_lstm": "model.use_lstm",
+    "lr": "agent.lr",
+    "eps": "agent.eps",
+    "ent_coef": "agent.entropy_cost",
+    "baseline_coef": "agent.baseline_cost",
+    "max_grad_norm": "agent.max_grad_norm",
+    "discount": "agent.discount",
+    "init_fn": "model.init_fn",
+}
+INIT_FNS = {"identity": "default", "orthogonal": "orthogonal", "xavier_uniform": "xavier_uniform"}
+SUMMED_OVER_STEPS = ("eps", "max_grad_norm")
+
+
+def env_node(env: Any, role: str = "env", choice: EnvChoice | None = None) -> tuple[DictConfig, int | None]:
+    """The ``env`` config node that rebuilds ``env`` in the actors (:func:`distrl.envs.objects.env_choice`)
+    and, for a vector env, its number of sub-envs (for ``envs_per_actor``).
+
+    Raises:
+        EnvObjectError: ``env`` cannot be rebuilt in another process (the message says what to pass).
+    """
+    choice = choice or env_choice(env, role)
+    node = compose_config(choice.overrides, check=False).env
+    with _writable(node):
+        for key, value in choice.values.items():
+            node[key] = value
+    return node, choice.num_envs
+
+
+class _writable:
+    """Lift a DictConfig's struct flag for a block (Hydra composes configs in struct mode)."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def __enter__(self):
+        OmegaConf.set_struct(self.cfg, False)
+
+    def __exit__(self, *exc):
+        OmegaConf.set_struct(self.cfg, True)
+
+
+def _value(value: Any) -> str:
+    """A Python value as a Hydra override's right-hand side."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+class DistributedAgent:
+    """rllte's ``DistributedAgent(env, eval_env, tag, seed, device, num_steps, num_actors,
+    num_learners, num_storages, **kwargs)``: a distrl run, configured from these arguments.
+
+    Args:
+        env: the training env: a Gymnasium id, an env or vector env made by ``gymnasium.make`` /
+            ``make_vec`` (a vector env's ``num_envs`` becomes ``envs_per_actor``), or a picklable
+            zero-argument function that returns an env.
+        eval_env: the evaluation env, likewise; None: the training env's settings.
+        tag: appended to the run directory's name, ``outputs/<date>/<time>_<tag>`` (``"default"``:
+            no suffix).
+        seed: ``seed``.
+        device: the learner's device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+        num_steps: the unroll length T; None: distrl's default (20, measured; rllte's is 80).
+        num_actors: actor processes; None: ``auto`` (from the cores; rllte's default is 45).
+        num_learners: learner threads; None: distrl's default (1; rllte's is 4).
+        num_storages: rollout slots; None: ``auto`` (rllte's default is 60).
+        **kwargs: rllte's IMPALA keywords (``batch_size``, ``feature_dim``, ``hidden_dim``,
+            ``use_lstm``, ``lr``, ``eps``, ``ent_coef``, ``baseline_coef``, ``max_grad_norm``,
+            ``discount``, ``init_fn``; docs/api.md maps each), plus ``overrides``: a list of distrl
+            overrides (``["agent.rho_bar=0.9"]``) applied last.
+
+    Raises:
+        TypeError: a keyword rllte's IMPALA does not take (named).
+        ConfigError: a value distrl refuses (the key and the allowed values), before any process starts.
+        EnvObjectError: an env that cannot be rebuilt in the actor processes.
+
+    Extension points: a subclass may override :meth:`update` (one learner update on a batch) and
+    :meth:`loss` (the loss of each optimizer step, e.g. to add a term); both run in the learner.
+    ``run`` (rllte's actor loop) cannot be overridden: distrl's actors are spawned processes that
+    run its own loop (batched envs writing shared-memory slots); an env's behaviour is changed by
+    passing a wrapped env or a factory instead (docs/api.md).
+    """
+
+    def __init__(self, env: Any, eval_env: Any = None, tag: str = "default", seed: int = 1, device: str = "cpu",
+                 num_steps: int | None = None, num_actors: int | None = None, num_learners: int | None = None,
+                 num_storages: int | None = None, **kwargs: Any):
+        if "run" in type(self).__dict__ or any("run" in vars(c) for c in type(self).__mro__[1:]
+                                               if c not in (DistributedAgent, IMPALA, object)):
+            raise TypeError(f"{type(self).__name__} overrides run(): distrl's actors run their own loop in spawned "
+                            f"processes; wrap the env (or pass an env factory) to change what an actor's env does, "
+                            f"and override update() or loss() to change learning (docs/api.md)")
+        extra = list(kwargs.pop("overrides", []))
+        unknown = sorted(set(kwargs) - set(AGENT_KWARGS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got keyword argument(s) {', '.join(unknown)} that rllte's IMPALA "
+                            f"does not take; distrl's other keys go in overrides=[...] (`distrl train --help`)")
+        self._env_choice = env_choice(env)
+        overrides = [*self._env_choice.overrides, f"seed={int(seed)}", f"device={device}"]
+        if tag and tag != "default":
+            overrides.append(f"tag={tag}")
+        for key, value in (("num_steps", num_steps), ("num_actors", num_actors), ("num_learners", num_learners),
+                           ("num_storages", num_storages)):
+            if value is not None:
+                overrides.append(f"{key}={_value(value)}")
+        self.env, self.eval_env = env, eval_env
+        self.kwargs = dict(kwargs)
+        self.cfg = self._compose(overrides, extra)
+        self.trainer = None
+        self.run_dir: Path | None = None
+
+    def _compose(self, overrides: list[str], extra: list[str]) -> DictConfig:
+        cfg = compose_config(overrides, check=False)
+        steps = cfg.num_steps * int(self.kwargs.get("batch_size", cfg.batch_size))
+        for name, value in self.kwargs.items():
+            if name == "init_fn":
+                if value not in INIT_FNS:
+                    raise ConfigError(f"init_fn={value!r} is not allowed: use one of {', '.join(INIT_FNS)}")
+                value = INIT_FNS[value]
+            elif name in SUMMED_OVER_STEPS:
+                value = float(value) / steps  # rllte's value is for the loss summed over T x B steps
+            overrides.append(f"{AGENT_KWARGS[name]}={_value(value)}")
+        cfg = compose_config([*overrides, *extra], check=False)
+        node, num_envs = env_node(self.env, choice=self._env_choice)
+        with _writable(cfg):
+            cfg.env = node
+            if num_envs is not None and not any(o.startswith("envs_per_actor=") for o in extra):
+                cfg.envs_per_actor = num_envs
+        from distrl.validation import validate
+
+        validate(cfg)
+        self.eval_env_cfg = None if self.eval_env is None else env_node(self.eval_env, "eval_env")[0]
+        return cfg
+
+    # ------------------------------------------------------------------ rllte's methods
+    def train(self, num_train_steps: int, init_model_path: str | None = None, log_interval: int = 1,
+              eval_interval: int = 5000, save_interval: int = 5000, num_eval_episodes: int = 10,
+              th_compile: bool = False) -> dict[str, Any]:
+        """Train for ``num_train_steps`` agent steps (rllte's unit too).
+
+        ``log_interval``: every k-th of distrl's log records (``train.log_interval`` x k agent steps;
+        rllte logs every k-th 5-second tick). ``eval_interval`` and ``save_interval`` count unrolls of
+        ``num_steps`` (rllte's "episode" counter, which grows by ``batch_size`` a learner update), so
+        they become ``x num_steps`` agent steps. ``init_model_path``: a checkpoint, a run directory
+        or a file :meth:`DistributedActorLearner.save` wrote.
+
+        Returns:
+            The run's counters (``agent_steps``, ``updates``, ...). The run directory is :attr:`run_dir`.
+
+        Raises:
+            ConfigError: a value distrl refuses. distrl's training errors
+            (:class:`distrl.engine.trainer.TrainingError`) and KeyboardInterrupt (after a checkpoint).
+        """
+        from distrl.engine.trainer import DistributedTrainer
+        from distrl.validation import validate
+
+        cfg = copy.deepcopy(self.cfg)
+        for name, value in (("log_interval", log_interval), ("eval_interval", eval_interval),
+                            ("save_interval", save_interval)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}={value!r} is not allowed: an integer >= 1")
+        with _writable(cfg):
+            cfg.train.num_train_steps = int(num_train_steps)
+            cfg.train.init_model_path = None if init_model_path is None else str(init_model_path)
+            cfg.train.log_interval = cfg.train.log_interval * log_interval
+            cfg.train.eval_interval = eval_interval * cfg.num_steps
+            cfg.train.save_interval = save_interval * cfg.num_steps
+            cfg.train.num_eval_episodes = int(num_eval_episodes)
+            cfg.train.th_compile = bool(th_compile)
+        validated = validate(cfg)
+        self.run_dir = self.run_dir or _new_run_dir(cfg.tag)
+        self.trainer = DistributedTrainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg)
+        self.trainer.learner.update_fn = lambda batch, stop=None: self.update(batch)
+        self.trainer.learner.loss_fn = self.loss
+        self.cfg = cfg
+        return self.trainer.train()
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """One learner update on ``batch`` (a ``[T+1, B]`` dict of tensors, the layout of
+        :mod:`distrl.engine.storage`): IMPALA's (:meth:`distrl.engine.learner.Learner.update`).
+
+        An override runs in the learner thread with the learner's lock held and must return the
+        dict this returns (``super().update(batch)``), to which it may add float metrics: they are
+        logged as ``losses/<name>``.
+        """
+        return self._learner().update(batch)
+
+    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
+             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
+        """The loss of one optimizer step: ``(total, policy, value, entropy)``, scalar tensors
+        (:meth:`distrl.engine.learner.Learner.loss`). An override may add a term to ``total``, e.g.
+        ``total, *rest = super().loss(...); return (total + 1e-4 * l2, *rest)``."""
+        return self._learner().loss(batch, entropy_cost, intrinsic_coef)
+
+    def eval(self, num_eval_episodes: int) -> dict[str, Any]:
+        """Play ``num_eval_episodes`` episodes with the current weights on the evaluation env.
+
+        Returns:
+            rllte's keys, ``episode_rewards`` and ``episode_lengths`` (the means), and distrl's:
+            ``returns`` and ``lengths`` (per episode), ``mean_return`` and ``std_return``.
+
+        Raises:
+            RuntimeError: before :meth:`train`.
+        """
+        if self.trainer is None:
+            raise RuntimeError("eval() needs a trained agent: call train() first")
+        result = self.trainer.test(int(num_eval_episodes))
+        mean_length = float(sum(result.lengths)) / len(result.lengths)
+        return {"episode_rewards": result.mean_return, "episode_lengths": mean_length,
+                "returns": list(result.returns), "lengths": list(result.lengths),
+                "mean_return": result.mean_return, "std_return": result.std_return}
+
+    def _learner(self):
+        if self.trainer is None:
+            raise RuntimeError("the learner exists once train() has started")
+        return self.trainer.learner
+
+    @property
+    def policy(self):
+        """The ``DistributedActorLearner`` (after :meth:`train`)."""
+        return None if self.trainer is None else self.trainer.policy
+
+
+class IMPALA(DistributedAgent):
+    """rllte's ``IMPALA``: the concrete :class:`DistributedAgent` (IMPALA is what distrl trains)."""
+
+
+def _new_run_dir(tag: str) -> Path:
+    """``outputs/<date>/<time>[_tag]``, as ``distrl train`` names a run directory."""
+    stamp = time.strftime("%Y-%m-%d/%H-%M-%S")
+    return Path("outputs") / f"{stamp}{'_' + tag if tag else ''}"
+
+
+class SimulatorDistributed:
+    """rlpack's ``SimulatorDistributed(n_procs, config, backend)``: ``n_procs`` ranks of distrl on this
+    machine, through the launcher of ``distributed.nproc_per_node`` (torch's elastic launcher), the
+    gradients averaged across them.
+
+    Args:
+        n_procs: ranks (processes, each with its own actors and learner) to start.
+        config: distrl keys, a dict (nested, or dotted keys ``{"train.num_train_steps": 10000}``) or
+            a DictConfig; ``env`` may be a Gymnasium id; ``run_dir`` names the run directory.
+        backend: ``gloo`` or ``nccl`` (``auto``: nccl with CUDA, gloo on CPU).
+
+    Raises:
+        ConfigError: a bad value, before any process starts.
+    """
+
+    BACKENDS = ("gloo", "nccl", "auto")
+
+    def __init__(self, n_procs: int, config: dict[str, Any] | DictConfig, backend: str = "gloo"):
+        if backend not in self.BACKENDS:
+            raise ConfigError(f"backend={backend!r} is not allowed: use one of {', '.join(self.BACKENDS)}")
+        if not isinstance(n_procs, int) or isinstance(n_procs, bool) or n_procs < 1:
+            raise ConfigError(f"n_procs={n_procs!r} is not allowed: an integer >= 1")
+        self.n_procs, self.backend = n_procs, backend
+        config = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
+        self.run_dir = Path(config.pop("run_dir", None) or _new_run_dir(config.get("tag", "")))
+        env = config.pop("env", None)
+        self.overrides = [*(env_choice(env).overrides if isinstance(env, str) else []), *_flatten(config),
+                          f"distributed.backend={backend}"]
+        if isinstance(env, str):
+            self.overrides.append(f"env.id={_value(env)}")
+        elif env is not None:
+            raise ConfigError("config['env'] must be a Gymnasium id here: the ranks are separate processes "
+                              "started by a command line")
+        from distrl.validation import validate
+
+        with _ranks_sized(n_procs):
+            validate(compose_config(self.overrides, check=False))
+
+    def run(self, load: bool = False, verbose: bool = True, render: bool = False, plot: bool = False) -> int:
+        """Train: start the ranks and wait for them (rlpack's ``Environments.train`` keywords).
+
+        Args:
+            load: continue from the run directory's latest checkpoint (``resume=auto``); False starts
+                afresh (``resume=false``).
+            verbose: INFO log lines; False: warnings only.
+            render, plot: refused (distrl draws curves with ``scripts/learning_curve.py`` afterwards).
+
+        Returns:
+            0, or 1 when a rank failed (its own lines say why).
+        """
+        from distrl import distributed
+
+        if render or plot:
+            raise ConfigError("render/plot are not offered while training: evaluate with `distrl eval video=true`, "
+                              "draw curves with scripts/learning_curve.py")
+        argv = [*self.overrides, f"hydra.run.dir={self.run_dir}", f"resume={'auto' if load else 'false'}",
+                f"log_level={'INFO' if verbose else 'WARNING'}", "distributed.nproc_per_node=1"]
+        return distributed.launch(self.n_procs, argv)
+
+
+class _ranks_sized:
+    """Validate as rank 0 of ``n`` would: on its share of the cores (``distrl.distributed.take_core_share``)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        self.affinity = os.sched_getaffinity(0)
+        if self.n > 1:
+            from distrl import distributed
+
+            distributed.take_core_share(0, self.n)
+
+    def __exit__(self, *exc):
+        os.sched_setaffinity(0, self.affinity)
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out += _flatten(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={_value(value)}")
+    return out
