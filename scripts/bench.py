@@ -137,7 +137,7 @@ def bench_sampling(cfg, spec, args) -> float:
     from distrl.policy import DistributedActorLearner
 
     ctx = mp.get_context("spawn")
-    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
+    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze()
     placement = plan(cfg)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
@@ -194,7 +194,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     placement = plan(cfg)
     torch.set_num_threads(placement.learner_threads)
     device = placement.device
-    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
+    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model).to(device)
     policy.freeze()
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)
