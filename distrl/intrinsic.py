@@ -18,12 +18,14 @@ Decisions, with their sources:
   joins the extrinsic one in one reward and one value head instead, and an episode's end cuts both.
   Either way, a step that ends an episode gets no intrinsic reward: its next observation (the
   final one) is not stored; row ``t+1`` there is the next episode's first.
-- **Normalisation by a running std, no mean subtracted** (Burda et al. 2019, Section 2.4; rllte
-  does the same). RND divides by the std of the discounted intrinsic *returns*; the learner does
-  not see an env's unrolls in order, so the returns are those within each unroll of T steps
-  (Burda et al. run a forward filter over the whole stream). RE3 divides by the std of the rewards
-  themselves (Seo et al. 2021 do not normalise; their ``beta`` was tuned per task, so a running std
-  keeps ``intrinsic.coef`` meaning the same across tasks, as in rllte).
+- **Normalisation by the running std of the intrinsic returns, no mean subtracted** (Burda et
+  al. 2019, Section 2.4), for both modules: the intrinsic value head then learns targets of about
+  unit scale. The learner does not see an env's unrolls in order, so the returns are those within
+  each unroll of T steps (Burda et al. run a forward filter over the whole stream). Seo et al.
+  (2021) do not normalise RE3 (their ``beta`` was tuned per task); rllte standardises the rewards
+  (mean subtracted) and clips them to [-1, 1]. Dividing RE3 by the std of its rewards, as distrl did
+  first, left the intrinsic value loss at 3-17 and the gradient norm at 20-180 on DoorKey-8x8 (the
+  clip is 0.5), the value head's error drowning the policy's gradient (docs/exploration.md).
 - **RND's observation statistics** (Burda et al. 2019, Section 2.4): observations are standardised
   by a running mean and std per element and clipped to [-5, 5]; for Atari only the newest frame of
   the stack is used, as in the paper. The statistics start with the first batch (the paper first
@@ -168,7 +170,15 @@ class IntrinsicReward(nn.Module):
         raise NotImplementedError
 
     def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
-        self.reward_rms.update(raw)
+        """The running std of the discounted intrinsic returns within each unroll (cut at an
+        episode's end only if episodic), which the rewards are divided by."""
+        returns = torch.zeros_like(raw)
+        running = torch.zeros_like(raw[0])
+        keep = (~ended).float() if self.episodic else torch.ones_like(raw)
+        for t in range(raw.shape[0] - 1, -1, -1):
+            running = raw[t] + self.discount * running * keep[t]
+            returns[t] = running
+        self.reward_rms.update(returns)
         return self.reward_rms.std.clamp_min(1e-8)
 
     def update(self, batch: dict[str, torch.Tensor]) -> float | None:
@@ -220,16 +230,6 @@ class RND(IntrinsicReward):
         # update() trains on the same observations next: keep what it would compute again
         self._seen = (next_obs.data_ptr(), next_obs.shape[0], x, target)
         return (self.predictor(x) - target).pow(2).mean(-1)
-
-    def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
-        returns = torch.zeros_like(raw)
-        running = torch.zeros_like(raw[0])
-        keep = (~ended).float() if self.episodic else torch.ones_like(raw)
-        for t in range(raw.shape[0] - 1, -1, -1):  # within each unroll; an episode's end cuts it if episodic
-            running = raw[t] + self.discount * running * keep[t]
-            returns[t] = running
-        self.reward_rms.update(returns)
-        return self.reward_rms.std.clamp_min(1e-8)
 
     def update(self, batch: dict[str, torch.Tensor]) -> float:
         obs = batch["obs"][1:]
