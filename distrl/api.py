@@ -47,6 +47,7 @@ AGENT_KWARGS = {
     "max_grad_norm": "agent.max_grad_norm",
     "discount": "agent.discount",
     "init_fn": "model.init_fn",
+    "pretraining": "train.pretraining",  # in the seed's docs of DistributedAgent; needs overrides=["intrinsic=rnd"]
 }
 INIT_FNS = {"identity": "default", "orthogonal": "orthogonal", "xavier_uniform": "xavier_uniform"}
 SUMMED_OVER_STEPS = ("eps", "max_grad_norm")
@@ -110,8 +111,9 @@ class DistributedAgent:
         num_storages: rollout slots; None: ``auto`` (rllte's default is 60).
         **kwargs: rllte's IMPALA keywords (``batch_size``, ``feature_dim``, ``hidden_dim``,
             ``use_lstm``, ``lr``, ``eps``, ``ent_coef``, ``baseline_coef``, ``max_grad_norm``,
-            ``discount``, ``init_fn``; docs/api.md maps each), plus ``overrides``: a list of distrl
-            overrides (``["agent.rho_bar=0.9"]``) applied last.
+            ``discount``, ``init_fn``; docs/api.md maps each), ``pretraining`` (the seed's
+            reward-free training, with an intrinsic reward: ``overrides=["intrinsic=rnd"]``), plus
+            ``overrides``: a list of distrl overrides (``["agent.rho_bar=0.9"]``) applied last.
 
     Raises:
         TypeError: a keyword rllte's IMPALA does not take (named).

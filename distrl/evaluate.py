@@ -53,6 +53,10 @@ def main(cfg: DictConfig) -> None:
     except CheckpointError as exc:
         fail("eval", str(exc))
     env_cfg = train_cfg.env
+    if env_cfg.get("factory"):  # unpickling it from a file could run any code: only the script that made it
+        fail("eval", f"{cfg.ckpt}: its env ({env_cfg.id}) was a Python env factory, which `distrl eval` does not "
+                     f"unpickle from a file; evaluate from Python (DistributedTrainer.test, IMPALA.eval) with the "
+                     f"factory, or train with a Gymnasium id")
     for key, value in cfg.env.items():
         if value is not None:
             if key not in env_cfg:

@@ -4,10 +4,12 @@ SimulatorDistributed, and envs passed as objects."""
 
 import functools
 import json
+import subprocess
 
 import gymnasium as gym
 import pytest
 import torch
+from conftest import DISTRL
 
 from distrl import IMPALA, DistributedActorLearner, DistributedAgent, DistributedTrainer, SimulatorDistributed
 from distrl.config import ConfigError
@@ -38,6 +40,10 @@ def test_rllte_arguments_map_to_distrl_keys_with_their_units():
     assert agent_cfg.eps == pytest.approx(0.01 / 20) and agent_cfg.max_grad_norm == pytest.approx(2.0)
     assert json.loads(cfg.env.spec)["id"] == "CartPole-v1"
 
+    pretraining = DistributedAgent("CartPole-v1", pretraining=True, overrides=["intrinsic=rnd"])
+    assert pretraining.cfg.train.pretraining and pretraining.cfg.intrinsic.name == "rnd"
+    with pytest.raises(ConfigError, match="train.pretraining"):
+        DistributedAgent("CartPole-v1", pretraining=True)
     defaults = DistributedAgent("CartPole-v1")  # unset sizes: distrl's own (auto), not rllte's 45 actors
     assert (defaults.cfg.num_actors, defaults.cfg.num_storages, defaults.cfg.num_steps) == ("auto", "auto", 16)
 
@@ -105,6 +111,11 @@ def test_a_subclass_update_and_loss_train_in_the_learner_and_envs_are_rebuilt_in
     result = agent.eval(num_eval_episodes=4)
     assert len(result["returns"]) == len(result["lengths"]) == 4 and max(result["lengths"]) <= 9
     assert result["episode_rewards"] == pytest.approx(sum(result["returns"]) / 4)
+
+    # the factory is pickled in the run's config: `distrl eval` refuses to unpickle it from a file
+    done = subprocess.run([*DISTRL, "eval", f"ckpt={agent.run_dir / 'checkpoints' / 'latest.pt'}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Python env factory" in done.stderr, done.stderr[-2000:]
 
 
 def test_hsuanwu_cfgs_from_hydras_own_api_with_env_objects(tmp_path, monkeypatch):
