@@ -8,8 +8,9 @@ A checkpoint is a dict of tensors and plain Python values, so it loads with
 ``last_save_step``, ``best_eval_return``, ``config`` (the resolved config
 as a plain container), ``rng`` (torch, numpy and Python RNG states as
 tensors/lists), ``obs_shape``, ``num_actions``, ``pretraining`` (a reward-free
-run's) and, with an intrinsic reward, ``intrinsic`` (its networks, running
-statistics and optimizer: :mod:`distrl.intrinsic`). The learning rate and the
+run's), ``precision`` (the learner's, ``fp32`` or ``bf16``, as resolved) and,
+with an intrinsic reward, ``intrinsic`` (its networks, running statistics and
+optimizer: :mod:`distrl.intrinsic`). The learning rate and the
 entropy cost follow from the agent steps (:mod:`distrl.engine.schedule`), so
 a resumed run restores its position from them alone; checkpoints of earlier
 versions also hold a ``scheduler`` entry, which is not needed.

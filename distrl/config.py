@@ -153,6 +153,7 @@ class TrainConfig:
     pin_actors: Any = MISSING  # true | false | auto
     log_level: str = MISSING
     resume: Any = MISSING  # auto | false | a checkpoint file or run directory
+    precision: str = MISSING  # auto | fp32 | bf16
 
 
 @dataclass
@@ -175,6 +176,7 @@ class EvalConfig:
     seed: int = MISSING
     video: bool = MISSING
     video_fps: int = MISSING
+    precision: str | None = MISSING  # None: the checkpoint's | fp32 | bf16
     env: EvalEnvOverrides = MISSING
     log_level: str = MISSING
 

@@ -69,25 +69,28 @@ def main(cfg: DictConfig) -> None:
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     device = resolve_device(cfg.device)
+    precision = cfg.precision or state.get("precision", "fp32")  # checkpoints before bf16 were fp32
     if cfg.video:
         video = out_dir / "video.mp4"
         result = record_episodes(model, env_cfg, cfg.num_episodes, cfg.seed, str(video), cfg.video_fps,
-                                 cfg.deterministic, device=device)
+                                 cfg.deterministic, device=device, precision=precision)
     else:
         video = None
-        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, cfg.deterministic, device=device)
+        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, cfg.deterministic, device=device,
+                          precision=precision)
 
     for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
         print(f"episode {i + 1}: return {ret:g}, length {length} agent steps")
     returns = np.asarray(result.returns)
     print(f"{env_cfg.id}: return {returns.mean():.2f} ± {returns.std():.2f} (min {returns.min():g}, "
           f"max {returns.max():g}) over {len(returns)} episodes, "
-          f"{'greedy' if cfg.deterministic else 'sampled'} actions, checkpoint at {state['agent_steps']} agent steps")
+          f"{'greedy' if cfg.deterministic else 'sampled'} actions, {precision}, checkpoint at {state['agent_steps']} "
+          f"agent steps")
     results = {
         "mean_return": float(returns.mean()), "std_return": float(returns.std()),
         "min": float(returns.min()), "max": float(returns.max()), "n_episodes": len(returns),
         "returns": result.returns, "lengths": result.lengths,
-        "deterministic": bool(cfg.deterministic), "checkpoint": str(Path(cfg.ckpt).resolve()),
+        "deterministic": bool(cfg.deterministic), "precision": precision, "checkpoint": str(Path(cfg.ckpt).resolve()),
         "env_id": env_cfg.id, "agent_steps": int(state["agent_steps"]), "seed": int(cfg.seed),
         "video": str(video) if video else None,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

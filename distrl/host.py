@@ -64,6 +64,51 @@ def world_size(cfg: DictConfig) -> int:
     return int(os.environ.get("WORLD_SIZE", cfg.distributed.nproc_per_node))
 
 
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # native bf16 arithmetic (AMD Zen 4, Intel Cooper Lake / Sapphire Rapids)
+
+
+def cpu_bf16_flags() -> tuple[str, ...]:
+    """The flags of :data:`BF16_CPU_FLAGS` that ``/proc/cpuinfo`` lists for this machine (none
+    elsewhere, e.g. off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return tuple(flag for flag in BF16_CPU_FLAGS if flag in flags)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return ()
+
+
+def resolve_precision(precision: str, device) -> tuple[str, str]:
+    """``precision`` (``auto``, ``fp32`` or ``bf16``) for a learner on ``device``: ``("bf16" | "fp32",
+    why)``. ``auto`` is bf16 on a CUDA device that computes it and on a CPU whose flags show
+    AVX512-BF16 or AMX-BF16 (:func:`cpu_bf16_flags`), fp32 elsewhere (an AVX2-only CPU runs bf16
+    slower than fp32). The actors run on the CPU: with a CUDA learner, ``auto`` is bf16 for them
+    only if the CPU has it too (:func:`actor_precision`)."""
+    import torch
+
+    if precision != "auto":
+        return precision, "set"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return "bf16", f"auto: {torch.cuda.get_device_name(device)} computes bf16"
+        return "fp32", f"auto: {torch.cuda.get_device_name(device)} does not compute bf16"
+    flags = cpu_bf16_flags()
+    if flags:
+        return "bf16", f"auto: the CPU has {', '.join(flags)}"
+    return "fp32", "auto: the CPU has neither avx512_bf16 nor amx_bf16"
+
+
+def actor_precision(precision: str) -> str:
+    """The actors' precision (they run on the CPU) for the ``precision`` key: ``auto`` follows the
+    CPU's flags; ``fp32`` and ``bf16`` as set."""
+    if precision != "auto":
+        return precision
+    return "bf16" if cpu_bf16_flags() else "fp32"
+
+
 def resolve_device(name: str):
     """``device`` as a ``torch.device``: ``auto`` is ``cuda`` when available, else ``cpu``.
 

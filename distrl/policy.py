@@ -223,7 +223,8 @@ class ActorCritic(nn.Module):
             last_reward: ``[T, B] float32``, the raw reward that action gave; used clipped to [-1, 1].
 
         Returns:
-            ``logits [T, B, A] float32``, ``baseline [T, B] float32``, the core state after step T-1.
+            ``logits [T, B, A] float32``, ``baseline [T, B] float32`` (float32 under a bf16
+            :func:`autocast` too: the heads' outputs are cast back), the core state after step T-1.
             With the intrinsic head, ``baseline`` is ``[T, B, 2] float32``: the extrinsic value, then
             the intrinsic one.
 
@@ -248,10 +249,10 @@ class ActorCritic(nn.Module):
                 out, core_state = self.core(features[t].unsqueeze(0), core_state)
                 outputs.append(out)
             features = torch.cat(outputs).view(T * B, -1)
-        logits = self.policy(features).view(T, B, self.num_actions)
-        baseline = self.baseline(features).view(T, B)
+        logits = self.policy(features).view(T, B, self.num_actions).float()  # fp32 under bf16 autocast too
+        baseline = self.baseline(features).view(T, B).float()
         if self.intrinsic_baseline is not None:
-            baseline = torch.stack([baseline, self.intrinsic_baseline(features).view(T, B)], dim=-1)
+            baseline = torch.stack([baseline, self.intrinsic_baseline(features).view(T, B).float()], dim=-1)
         return logits, baseline, core_state
 
     @torch.no_grad()
@@ -310,6 +311,13 @@ class AgentState:
         self.first[where] = ended
 
 
+def autocast(precision: str, device: torch.device | str = "cpu"):
+    """The context a network runs in for ``precision``: ``torch.autocast`` in bfloat16 for ``bf16``
+    (matrix products and convolutions in bf16, the weights fp32), nothing for ``fp32``."""
+    device_type = torch.device(device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 @dataclass
 class StepInputs:
     """What the policy saw besides the observations at one step of ``k`` envs (see
@@ -324,7 +332,7 @@ class StepInputs:
 
 @torch.no_grad()
 def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: torch.Tensor | None = None,
-                deterministic: bool = False) -> tuple[dict[str, torch.Tensor], StepInputs]:
+                deterministic: bool = False, precision: str = "fp32") -> tuple[dict[str, torch.Tensor], StepInputs]:
     """One policy step for envs ``ids`` (``[k] int64``; None: all of ``state``'s envs).
 
     Args:
@@ -332,6 +340,7 @@ def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: t
         obs: ``[k, *obs_shape]``, those envs' observations.
         state: the envs' state; their LSTM state advances here.
         deterministic: greedy actions instead of sampling.
+        precision: ``fp32`` or ``bf16`` (:func:`autocast`); the outputs are float32 either way.
 
     Returns:
         ``{"action": [k] int64, "policy_logits": [k, A], "baseline": [k]}`` (:meth:`ActorCritic.act`)
@@ -341,8 +350,9 @@ def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: t
     where = slice(None) if ids is None else ids
     seen = StepInputs(state.first[where].clone(), state.last_action[where].clone(), state.last_reward[where].clone(),
                       tuple(c[:, where] for c in state.core))
-    out, core = model.act(obs.to(state.first.device), seen.first, seen.core, deterministic,
-                          seen.last_action, seen.last_reward)
+    with autocast(precision, state.first.device):
+        out, core = model.act(obs.to(state.first.device), seen.first, seen.core, deterministic,
+                              seen.last_action, seen.last_reward)
     if core:
         state.core = core if ids is None else tuple(c.index_copy(1, ids, n) for c, n in zip(state.core, core,
                                                                                            strict=True))
@@ -351,13 +361,14 @@ def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: t
 
 @torch.no_grad()
 def final_values(model: ActorCritic, final_obs: torch.Tensor, state: AgentState, ids: torch.Tensor,
-                 actions: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+                 actions: torch.Tensor, rewards: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
     """The baselines ``[k]`` of the final observations ``final_obs [k, *obs_shape]`` of envs ``ids``
     whose episode was cut by a time limit, as if it went on: with the envs' LSTM state after their
     last step and the ``actions`` and ``rewards`` (``[k]``) that led there. V-trace bootstraps a
     truncated trajectory from these values instead of the next episode's first state."""
     no_reset = torch.zeros(len(ids), dtype=torch.bool, device=state.first.device)
-    out, _ = model.act(final_obs, no_reset, tuple(c[:, ids] for c in state.core), False, actions, rewards)
+    with autocast(precision, state.first.device):
+        out, _ = model.act(final_obs, no_reset, tuple(c[:, ids] for c in state.core), False, actions, rewards)
     return out["baseline"]
 
 

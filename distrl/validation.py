@@ -26,6 +26,8 @@ ENCODERS = ("nature_cnn", "impala_resnet", "minigrid_cnn", "mlp")
 INIT_FNS = ("orthogonal", "xavier_uniform", "default")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
 
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
@@ -105,7 +107,19 @@ def validate_eval(cfg: DictConfig) -> None:
     _check(cfg.num_episodes >= 1, "num_episodes", cfg.num_episodes, "must be an integer >= 1")
     _check(cfg.video_fps >= 1, "video_fps", cfg.video_fps, "must be an integer >= 1")
     _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
-    host.resolve_device(cfg.device)
+    device = host.resolve_device(cfg.device)
+    _check(cfg.precision is None or cfg.precision in PRECISIONS[1:], "precision", cfg.precision,
+           "null (the checkpoint's), fp32 or bf16")
+    _validate_bf16_device(cfg.precision, device)
+
+
+def _validate_bf16_device(precision: str | None, device) -> None:
+    """bf16 on a CUDA device needs one that computes it (Ampere or newer)."""
+    import torch
+
+    if precision == "bf16" and device.type == "cuda":
+        _check(torch.cuda.is_bf16_supported(), "precision", precision,
+               f"fp32 or auto: {torch.cuda.get_device_name(device)} does not compute bf16")
 
 
 # Memory of one actor process, a lower bound used to refuse impossible sizes only. A Pong actor of
@@ -184,6 +198,7 @@ def validate(cfg: DictConfig) -> Validated:
     validate_env(cfg.env)
     _validate_run(cfg)
     placement = plan(cfg)
+    _validate_bf16_device(cfg.precision, placement.device)
     _validate_sizes(cfg, placement)
     _validate_distributed(cfg, placement)
     _validate_agent(cfg.agent)
@@ -202,6 +217,7 @@ def _validate_run(cfg: DictConfig) -> None:
     _auto_or_positive_int(cfg.num_storages, "num_storages")
     _auto_or_positive_int(cfg.learner_threads, "learner_threads")
     _check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
+    _check(cfg.precision in PRECISIONS, "precision", cfg.precision, ", ".join(PRECISIONS))
     for key in ("num_steps", "num_learners", "batch_size", "envs_per_actor",
                 "train.num_train_steps", "train.log_interval", "train.eval_interval",
                 "train.save_interval", "train.keep_checkpoints"):

@@ -18,6 +18,9 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
      ``--ranks 1 2 4``: T with each number of ranks (``distributed.nproc_per_node``, the
      machine's cores split among them), T_N, and the scaling efficiency T_N / (N x T_1).
 
+With ``--precisions fp32 bf16`` every figure is measured with each ``precision``, back to back,
+and the ratios follow.
+
 Limit model: P = 1 / (1/E + 1/I + 1/L) for end to end, P_S = 1 / (1/E + 1/I) for sampling;
 the ratios S/P_S and T/P say how close distrl runs to what the parts allow.
 """
@@ -79,9 +82,9 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, s
 
 
 def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, cores,
-                      warmup: float, seconds: float, out) -> None:
+                      precision: str, warmup: float, seconds: float, out) -> None:
     from distrl.engine.actor import pin_process
-    from distrl.policy import ActorCritic
+    from distrl.policy import ActorCritic, autocast
 
     pin_process(cores)
     torch.set_num_threads(1)
@@ -95,7 +98,8 @@ def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: di
     last_action, last_reward = torch.zeros(batch, dtype=torch.int64), torch.zeros(batch)
 
     def step() -> int:
-        model.act(obs, first, core, False, last_action, last_reward)
+        with autocast(precision):
+            model.act(obs, first, core, False, last_action, last_reward)
         return batch
 
     out.put(_rate(step, warmup, seconds))
@@ -122,10 +126,11 @@ def bench_env(cfg, spec, args) -> float:
 
 def bench_inference(cfg, spec, args) -> float:
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    cores = plan(cfg).actor_cores
+    placement = plan(cfg)
     dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
     return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.num_actions, model_cfg,
-                                             cfg.envs_per_actor, c, args.warmup, args.seconds) for c in cores],
+                                             cfg.envs_per_actor, c, placement.actor_precision, args.warmup,
+                                             args.seconds) for c in placement.actor_cores],
                         args.warmup + args.seconds + 120)
 
 
@@ -200,7 +205,8 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     schedule = Schedule.for_run(cfg)
     steps_per_update = schedule.steps_per_update
     optimizer = make_optimizer(policy, cfg.agent)
-    learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model)
+    learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
+                      precision=placement.precision)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), max(cfg.batch_size, 2), mp.get_context("spawn"))
     buf = storage.buffers
     if spec.obs_dtype == np.uint8:
@@ -275,23 +281,47 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds of E, I, S, L (interleaved, so that a machine whose speed drifts "
                              "affects every figure alike); each figure is the median of its rounds")
+    parser.add_argument("--precisions", nargs="+", default=["auto"], choices=["auto", "fp32", "bf16"],
+                        help="measure every figure with each precision, back to back (e.g. fp32 bf16)")
     args, overrides = parser.parse_known_args()
     cfg = compose_config(overrides)
     from distrl.envs import env_spec
 
     spec = env_spec(cfg.env)
-    machine = {"cpu": platform.processor() or _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
-               "python": platform.python_version(), "device": cfg.device}
+    machine = {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
+               "python": platform.python_version(), "device": cfg.device, "bf16_flags": _bf16_flags()}
     placement = plan(cfg)
     setup = {"env": cfg.env.id, "num_actors": placement.num_actors, "envs_per_actor": cfg.envs_per_actor,
              "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder,
              "actor_cores": placement.actor_cores, "overrides": overrides}
     print(json.dumps({"machine": machine, "setup": setup}), flush=True)
+    tables = []
+    for precision in args.precisions:
+        tables.append((precision, _measure(args, [*overrides, f"precision={precision}"], spec)))
+    for precision, rows in tables:
+        width = max(len(k) for k, _ in rows)
+        print(f"precision={precision}")
+        print("\n".join(f"  {k:<{width}}  {v:>10}" for k, v in rows))
+    if len(tables) > 1:
+        first = dict(tables[0][1])
+        for precision, rows in tables[1:]:
+            ratios = {k: float(v.replace(",", "")) / float(first[k].replace(",", "")) for k, v in rows
+                      if k in ("E", "I", "S", "L", "T", "P") and k in first}
+            print(f"{precision} / {tables[0][0]}: " + ", ".join(f"{k} {r:.2f}x" for k, r in ratios.items()))
+
+
+def _measure(args, overrides: list[str], spec) -> list[tuple[str, str]]:
+    """Every figure of ``args.only`` with ``overrides``; the summary rows."""
+    cfg = compose_config(overrides)
+    placement = plan(cfg)
+    print(json.dumps({"precision": {"learner": placement.precision, "why": placement.precision_reason,
+                                    "actors": placement.actor_precision}}), flush=True)
     figures: dict[str, float] = {}
 
     def emit(name: str, value, **extra) -> None:
         figures[name] = value
-        print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), **extra}), flush=True)
+        print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), "precision": placement.precision,
+                          **extra}), flush=True)
 
     parts = [("E", lambda: bench_env(cfg, spec, args)), ("I", lambda: bench_inference(cfg, spec, args)),
              ("S", lambda: bench_sampling(cfg, spec, args)), ("L", lambda: bench_learner(cfg, spec, args))]
@@ -331,9 +361,14 @@ def main() -> None:
             rows.append(("P", f"{p:,.0f}"))
             if "T" in figures:
                 rows.append(("T/P", f"{figures['T'] / p:.2f}"))
-        print(json.dumps({"summary": {k: v for k, v in rows}}), flush=True)
-    width = max(len(k) for k, _ in rows)
-    print("\n".join(f"{k:<{width}}  {v:>10}" for k, v in rows))
+    print(json.dumps({"summary": {k: v for k, v in rows}, "precision": placement.precision}), flush=True)
+    return rows
+
+
+def _bf16_flags() -> list[str]:
+    from distrl.host import cpu_bf16_flags
+
+    return list(cpu_bf16_flags())
 
 
 def _cpu_model() -> str:

@@ -85,7 +85,8 @@ def test_the_layout_and_contents_of_a_run(pong_run):
 def test_eval_prints_episodes_and_writes_results_and_a_video(pong_run, tmp_path):
     out = tmp_path / "eval"
     done = run_distrl(["eval", f"ckpt={pong_run.run_dir}/checkpoints/latest.pt", "num_episodes=2", "seed=5",
-                       "video=true", "env.max_episode_steps=60", f"hydra.run.dir={out}"], timeout=120)
+                       "video=true", "env.max_episode_steps=60", "precision=fp32", f"hydra.run.dir={out}"],
+                      timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = [(float(r), int(n)) for r, n in re.findall(r"episode \d+: return (\S+), length (\d+)", done.stdout)]
     results = json.loads((out / "results.json").read_text())
@@ -94,6 +95,9 @@ def test_eval_prints_episodes_and_writes_results_and_a_video(pong_run, tmp_path)
     assert results["mean_return"] == pytest.approx(sum(r for r, _ in printed) / 2)
     assert results["env_id"] == "ALE/Pong-v5" and results["agent_steps"] >= pong_run.steps
     assert results["deterministic"] is False and results["checkpoint"].endswith("latest.pt")
+    # trained in bf16 (PONG_RUN), evaluated in fp32 as asked; without the key, the checkpoint's precision
+    assert load_checkpoint(pong_run.run_dir / "checkpoints" / "latest.pt")["precision"] == "bf16"
+    assert results["precision"] == "fp32" and ", fp32, checkpoint at" in done.stdout
     frames = [frame for frame in imageio.get_reader(out / "video.mp4")]  # (list() asks its length: inf)
     assert len(frames) == sum(length + 1 for length in results["lengths"])  # each reset frame, then one per step
     assert frames[0].shape == (210, 160, 3)

@@ -78,6 +78,7 @@ def test_pong_through_the_command(pong_run):
     assert f"run directory {run_dir}" in head
     assert "ALE/Pong-v5" in head and "2 actor(s) x 2 envs, T=20, B=4" in head and "parameters" in head
     assert "Ctrl-C stops and saves a checkpoint" in head
+    assert "precision: learner bf16 (set), actors bf16" in head  # the first lines say which arithmetic runs
     assert "\r" not in done.stdout and "\r" not in done.stderr
     assert "step/s" not in done.stderr  # no tqdm bar
     assert sum("steps=" in line and "SPS=" in line for line in lines) >= 2  # the periodic plain lines

@@ -51,6 +51,8 @@ class ActorContext:
         log_level: logging level name for this process.
         cpu_affinity: the cores this process (and the env threads it starts) may run on, or
             None to leave it to the OS.
+        precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.policy.autocast`);
+            the stored behaviour logits and baselines are float32 either way.
     """
 
     env_cfg: dict
@@ -63,6 +65,7 @@ class ActorContext:
     parent_pid: int
     log_level: str = "INFO"
     cpu_affinity: tuple[int, ...] | None = None
+    precision: str = "fp32"
 
 
 def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
@@ -75,6 +78,7 @@ def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Cha
             seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
             buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
             log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
+            precision=placement.actor_precision,
         )
         for actor_id in range(placement.num_actors)
     ]
@@ -153,7 +157,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
         while True:
             ctx.channels.heartbeat[actor_id] = time.time()
             ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
-            out, seen = step_policy(model, obs_t, state, ids_t)
+            out, seen = step_policy(model, obs_t, state, ids_t, precision=ctx.precision)
             slots.write_acted(ids, obs_t, out, seen)
             env.send(out["action"].numpy())
 
@@ -166,7 +170,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if truncated.any():
                 cut = torch.from_numpy(np.flatnonzero(truncated))
                 values = final_values(model, _final_obs(info, truncated), state, ids_t[cut], actions[cut],
-                                      rewards[cut])
+                                      rewards[cut], ctx.precision)
             slots.write_stepped(ids, rewards, terminated, truncated, values)
             ended = terminated | truncated
             state.after_env_step(actions, rewards, ended, ids_t)

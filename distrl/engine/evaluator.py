@@ -42,7 +42,7 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: int,
              deterministic: bool = False, stop: Callable[[], bool] = lambda: False,
-             device: torch.device | str = "cpu") -> EvalResult:
+             device: torch.device | str = "cpu", precision: str = "fp32") -> EvalResult:
     """Play ``num_episodes`` episodes with a CPU copy of ``model``.
 
     Args:
@@ -53,6 +53,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         deterministic: greedy actions instead of sampling from the policy.
         stop: polled every step; when it returns True the episodes finished so far are returned.
         device: where the frozen copy runs its forward passes.
+        precision: ``fp32`` or ``bf16`` (:func:`distrl.policy.autocast`).
     """
     frozen = copy.deepcopy(model).to(device).eval()
     num_envs = min(num_episodes, MAX_PARALLEL_ENVS)
@@ -66,7 +67,8 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         episode_return = np.zeros(num_envs)
         episode_length = np.zeros(num_envs, dtype=np.int64)
         while quota.sum() > 0 and not stop():
-            out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)), state, deterministic=deterministic)
+            out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)), state, deterministic=deterministic,
+                                 precision=precision)
             obs, reward, terminated, truncated, _ = env.step(out["action"].cpu().numpy())
             ended = terminated | truncated
             state.after_env_step(out["action"], reward, ended)
@@ -86,7 +88,8 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
 
 @torch.no_grad()
 def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: int, video_path: str,
-                    fps: int = 30, deterministic: bool = False, device: torch.device | str = "cpu") -> EvalResult:
+                    fps: int = 30, deterministic: bool = False, device: torch.device | str = "cpu",
+                    precision: str = "fp32") -> EvalResult:
     """Play ``num_episodes`` episodes one after another on one rendering env and write them,
     frame by frame (one frame per agent step), to the MP4 file ``video_path``.
 
@@ -110,7 +113,7 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
             total, length, ended = 0.0, 0, False
             while not ended:
                 out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)).unsqueeze(0), state,
-                                     deterministic=deterministic)
+                                     deterministic=deterministic, precision=precision)
                 obs, reward, terminated, truncated, _ = env.step(int(out["action"][0]))
                 ended = terminated or truncated
                 state.after_env_step(out["action"], [reward], [ended])
@@ -134,9 +137,12 @@ class Evaluations:
         env_cfg: the ``env`` config node.
         num_episodes: episodes per evaluation.
         run_seed: the run's ``seed``.
+        precision: the arithmetic of the evaluation's forward passes (the actors').
     """
 
-    def __init__(self, model: ActorCritic, env_cfg: DictConfig, num_episodes: int, run_seed: int):
+    def __init__(self, model: ActorCritic, env_cfg: DictConfig, num_episodes: int, run_seed: int,
+                 precision: str = "fp32"):
+        self.precision = precision
         self.template = copy.deepcopy(model).cpu()
         self.env_cfg = env_cfg
         self.num_episodes = num_episodes
@@ -169,7 +175,7 @@ class Evaluations:
         model = copy.deepcopy(self.template)
         model.load_state_dict(snapshot["model"])
         result = evaluate(model, self.env_cfg, self.num_episodes, eval_seed(self.run_seed, step),
-                          stop=lambda: self.stopping)
+                          stop=lambda: self.stopping, precision=self.precision)
         return result, snapshot
 
     def stop(self) -> None:

@@ -34,7 +34,7 @@ from distrl.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import BOOTSTRAP, STEPS, RolloutStorage
 from distrl.intrinsic import IntrinsicReward
-from distrl.policy import DistributedActorLearner
+from distrl.policy import DistributedActorLearner, autocast
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,10 @@ class Learner:
             (:mod:`distrl.distributed`).
         intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
         pretraining: the extrinsic reward is left out of the loss (reward-free training).
+        precision: ``bf16``: the network's forward under ``torch.autocast`` in bfloat16 (the weights,
+            the optimizer state and the gradients stay fp32; the heads' outputs are cast back to
+            fp32, so V-trace, the log-softmax, the importance ratios, the losses and the gradient
+            clip are fp32); ``fp32``: no autocast.
 
     Attributes:
         update_fn: what a learner thread calls for one update, ``(batch, stop) -> dict`` like
@@ -84,8 +88,9 @@ class Learner:
 
     def __init__(self, policy: DistributedActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
                  agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None,
-                 intrinsic: IntrinsicReward | None = None, pretraining: bool = False):
+                 intrinsic: IntrinsicReward | None = None, pretraining: bool = False, precision: str = "fp32"):
         self.policy = policy
+        self.precision = precision
         self.intrinsic = intrinsic
         self.pretraining = pretraining
         self.ranks = ranks or Ranks()
@@ -180,8 +185,9 @@ class Learner:
         """
         agent = self.agent
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
-        logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
-                                         batch.get("last_action"), batch.get("last_reward"))
+        with autocast(self.precision, self.device):
+            logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
+                                             batch.get("last_action"), batch.get("last_reward"))
         advantages, value_errors = self.targets(batch, logits, values, intrinsic_coef)
         logits = logits[STEPS]
         pg_loss = vtrace.policy_gradient_loss(logits, batch["action"][STEPS], advantages)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.host import cpu_count, resolve_device
+from distrl.host import actor_precision, cpu_count, resolve_device, resolve_precision
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class Placement:
         async_step: whether actors step half their envs while inferring on the other half.
         actor_cores: per actor, the core ids it is pinned to, or None (not pinned).
         env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
+        precision: the learner's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.host.resolve_precision`).
+        precision_reason: why (``set``, or what ``auto`` read).
+        actor_precision: the actors' (and evaluations') arithmetic on the CPU.
     """
 
     device: torch.device
@@ -40,6 +43,9 @@ class Placement:
     async_step: bool
     actor_cores: tuple[tuple[int, ...] | None, ...]
     env_cfg: dict
+    precision: str = "fp32"
+    precision_reason: str = "set"
+    actor_precision: str = "fp32"
 
     @property
     def stepping(self) -> int:
@@ -60,6 +66,8 @@ def plan(cfg: DictConfig) -> Placement:
     - ``env.async_step=auto``: on with a CUDA learner, off with a CPU learner (it takes the cores a
       CPU learner needs); it can only happen on the ``vector`` Atari backend with an even
       ``envs_per_actor``, and is off otherwise whatever the key says.
+    - ``precision=auto``: bf16 where the learner's device computes it natively
+      (:func:`distrl.host.resolve_precision`); the actors by the CPU's flags.
     - ``pin_actors=auto``: pin each actor to one core when stepping is synchronous (ale-py's env
       thread then shares the actor's core); not with async stepping, whose env thread wants a core
       of its own; ``true`` with async stepping gives each actor two cores. Cores come from this
@@ -100,5 +108,6 @@ def plan(cfg: DictConfig) -> Placement:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     if "async_step" in env_cfg:
         env_cfg["async_step"] = async_step
+    precision, reason = resolve_precision(cfg.get("precision", "fp32"), device)
     return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, async_step,
-                     actor_cores, env_cfg)
+                     actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")))

@@ -116,7 +116,7 @@ class DistributedTrainer:
         self.optimizer = make_optimizer(self.policy, cfg.agent)
         self.learner = Learner(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
                                compile=cfg.train.th_compile, ranks=self.ranks, intrinsic=self.intrinsic,
-                               pretraining=cfg.train.pretraining)
+                               pretraining=cfg.train.pretraining, precision=self.placement.precision)
         self.stats = LearnerStats()
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
@@ -207,6 +207,7 @@ class DistributedTrainer:
             "obs_shape": list(self.spec.obs_shape),
             "num_actions": self.spec.num_actions,
             "pretraining": bool(self.cfg.train.pretraining),
+            "precision": self.placement.precision,
             **({"intrinsic": intrinsic} if intrinsic is not None else {}),
         }
 
@@ -260,7 +261,8 @@ class DistributedTrainer:
         with self.learner.lock:
             model = copy.deepcopy(self.policy.learner).cpu()
         seed = eval_seed(self.cfg.seed, self.position.agent_steps) if seed is None else seed
-        return evaluate(model, self.eval_env, num_episodes, seed, deterministic)
+        return evaluate(model, self.eval_env, num_episodes, seed, deterministic,
+                        precision=self.placement.actor_precision)
 
     # ----------------------------------------------------------------- main entry
     def train(self) -> dict[str, Any]:
@@ -302,6 +304,7 @@ class DistributedTrainer:
                  "%d thread(s) | %s", cfg.env.id, self.spec.obs_shape, self.spec.num_actions, p.num_actors,
                  p.envs_per_actor, cfg.num_steps, cfg.batch_size, self.device, p.learner_threads,
                  self.policy.describe())
+        log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
         log.debug("%s", self.policy.learner)
         if self.ranks.enabled:
             log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
@@ -332,7 +335,8 @@ class DistributedTrainer:
             restart_window=train.actor_restart_window,
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
-        self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed)
+        self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
+                                       p.actor_precision)
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, p, self.policy.actor, storage, self.channels, first_actor=first_actor)

@@ -1,0 +1,95 @@
+"""``precision``: which arithmetic ``auto`` picks, and bf16 where the networks run (the learner's
+forward under autocast with fp32 weights, optimizer state and losses; the actors' inference)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import compose_train
+
+from distrl import host
+from distrl.config import ConfigError
+from distrl.engine.learner import Learner, make_optimizer
+from distrl.engine.placement import plan
+from distrl.engine.schedule import Schedule
+from distrl.envs import make_vector_env
+from distrl.policy import DistributedActorLearner, autocast
+from distrl.validation import validate
+
+
+@pytest.mark.parametrize("flags, expected", [(("avx512_bf16",), "bf16"), (("amx_bf16",), "bf16"), ((), "fp32")])
+def test_auto_is_bf16_where_the_cpu_computes_it(monkeypatch, flags, expected):
+    monkeypatch.setattr(host, "cpu_bf16_flags", lambda: flags)
+    placement = plan(compose_train(["experiment=cartpole", "device=cpu"]))
+    assert (placement.precision, placement.actor_precision) == (expected, expected)
+    assert ("auto: the CPU has " + ", ".join(flags) if flags else "neither") in placement.precision_reason
+    fixed = plan(compose_train(["experiment=cartpole", "precision=fp32"]))
+    assert (fixed.precision, fixed.precision_reason) == ("fp32", "set")
+
+
+def test_the_cpu_flags_are_read_from_cpuinfo():
+    with open("/proc/cpuinfo") as f:
+        flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    assert host.cpu_bf16_flags() == tuple(flag for flag in host.BF16_CPU_FLAGS if flag in flags)
+
+
+def test_another_precision_is_refused():
+    with pytest.raises(ConfigError, match="precision='fp16' is not allowed: auto, fp32, bf16"):
+        validate(compose_train(["experiment=cartpole", "precision=fp16"]))
+
+
+def _pong_batch(T: int = 20, B: int = 4) -> dict:
+    """Real Pong frames (random play) in the storage's ``[T+1, B]`` layout, on-policy for ``policy``."""
+    env = make_vector_env(compose_train(["env=atari"]).env, B)
+    obs, _ = env.reset(seed=3)
+    frames = [obs]
+    for _ in range(T):
+        obs, *_ = env.step(np.random.default_rng(0).integers(0, 6, B))
+        frames.append(obs)
+    env.close()
+    return torch.from_numpy(np.stack(frames))
+
+
+def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
+    cfg = compose_train(["env=atari"])
+    torch.manual_seed(0)
+    policy = DistributedActorLearner.from_config((4, 84, 84), 6, cfg.model)
+    with torch.no_grad():  # logits of a trained policy's size (the initial head gives ~0.01)
+        policy.learner.policy.weight.mul_(1000.0)
+    policy.freeze()
+    obs = _pong_batch()
+    T1, B = obs.shape[:2]
+    first = torch.zeros(T1, B, dtype=torch.bool)
+    with torch.no_grad():
+        logits32, values32, _ = policy.learner(obs, first)
+        with autocast("bf16"):
+            logits16, values16, _ = policy.learner(obs, first)
+    assert logits16.dtype == values16.dtype == torch.float32  # cast back at the heads
+    # the actors' bf16 logits against the learner's fp32 ones: V-trace's ratios see this KL
+    kl = F.kl_div(F.log_softmax(logits16, -1), F.log_softmax(logits32, -1), log_target=True, reduction="batchmean")
+    print(f"KL(bf16 || fp32) {kl.item():.2e}, logits' std {logits32.std().item():.2f}")
+    assert logits32.std() > 1.0 and -1e-6 < kl.item() < 1e-3
+
+    g = torch.Generator().manual_seed(0)
+    actions = torch.multinomial(F.softmax(logits32.flatten(0, 1), -1), 1, generator=g).view(T1, B)  # the actors'
+    batch = {"obs": obs, "first": first, "action": actions,
+             "policy_logits": logits32, "reward": torch.randint(-1, 2, (T1, B), generator=g).float(),
+             "terminated": torch.zeros(T1, B, dtype=torch.bool), "truncated": torch.zeros(T1, B, dtype=torch.bool),
+             "truncation_value": torch.zeros(T1, B), "policy_version": torch.zeros(B, dtype=torch.int64)}
+    cfg.train.num_train_steps = 10**9
+    schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=80)
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        learner = Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
+                          precision=precision)
+        losses[precision] = torch.stack(learner.loss(batch, 0.01)).detach()
+    torch.testing.assert_close(losses["bf16"], losses["fp32"], rtol=0.05, atol=2e-3)
+
+    learner.updates = 1000  # past the warm-up: a real step
+    result = learner.update(batch)
+    assert result["finite"]
+    assert all(p.dtype == torch.float32 for p in policy.learner.parameters())
+    assert all(v.dtype == torch.float32 for state in learner.optimizer.state.values() for v in state.values()
+               if torch.is_tensor(v) and v.is_floating_point())
