@@ -92,6 +92,8 @@ def resolve_precision(precision: str, device) -> tuple[str, str]:
     if precision != "auto":
         return precision, "set"
     if device.type == "cuda":
+        if not torch.cuda.is_available():  # a placement computed for another machine (tests, dry runs)
+            return "fp32", "auto: no CUDA here to ask"
         if torch.cuda.is_bf16_supported():
             return "bf16", f"auto: {torch.cuda.get_device_name(device)} computes bf16"
         return "fp32", f"auto: {torch.cuda.get_device_name(device)} does not compute bf16"

@@ -249,6 +249,7 @@ class ActorCritic(nn.Module):
                 out, core_state = self.core(features[t].unsqueeze(0), core_state)
                 outputs.append(out)
             features = torch.cat(outputs).view(T * B, -1)
+            core_state = tuple(s.float() for s in core_state)  # fp32 between steps under bf16 autocast too
         logits = self.policy(features).view(T, B, self.num_actions).float()  # fp32 under bf16 autocast too
         baseline = self.baseline(features).view(T, B).float()
         if self.intrinsic_baseline is not None:

@@ -29,7 +29,8 @@ T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 
 
 def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
-    cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1"])
+    # fp32: the learner's recomputation below must match the stored behaviour outputs exactly
+    cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1", "precision=fp32"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
     policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)

@@ -11,24 +11,28 @@ import torch
 from conftest import DistrlProcess, finish_all
 
 import distrl.envs  # noqa: F401  (registers the diagnostic ids)
+from distrl.envs.sparse import forward_actions
 
-BUDGET = 24000  # agent steps
+BUDGET = 120000  # agent steps: seed 1 solves it by 86k (rnd) and 64k (re3), docs/exploration.md
 
 
 def test_the_chain_pays_only_at_its_end_and_random_play_almost_never_gets_there():
-    env = gym.make("distrl/SparseChain-v0")
+    env = gym.make("distrl/SparseChain-v1")
+    forward = forward_actions(40)
+    assert 10 < forward.sum() < 30 and any(forward[:-1] == forward[1:])  # neither constant nor alternating
     obs, _ = env.reset(seed=0)
     assert obs.shape == (40,) and obs[0] == 1.0 and obs.sum() == 1.0
     total, steps, done = 0.0, 0, False
-    while not done:  # always right: 39 steps
-        obs, reward, terminated, truncated, _ = env.step(1)
+    while not done:  # the combination: 39 steps
+        obs, reward, terminated, truncated, _ = env.step(forward[int(obs.argmax())])
         total, steps, done = total + reward, steps + 1, terminated or truncated
     assert (total, steps, terminated) == (1.0, 39, True)
-    obs, _ = env.reset(seed=0)
-    for _ in range(80):  # always left: stays in cell 0 until the time limit
-        obs, reward, terminated, truncated, _ = env.step(0)
-        assert reward == 0.0 and not terminated
-    assert truncated and obs[0] == 1.0
+    for action in (0, 1):  # one action throughout: never past the first cell whose combination differs
+        obs, _ = env.reset(seed=0)
+        for _ in range(80):
+            obs, reward, terminated, truncated, _ = env.step(action)
+            assert reward == 0.0 and not terminated
+        assert truncated and obs.argmax() <= np.flatnonzero(forward != action)[0]
 
     # random play: the chance of reaching cell 39 within 80 steps, by dynamic programming over the
     # cells (a random walk that stays put at cell 0 when it steps left there)
@@ -45,25 +49,26 @@ def test_the_chain_pays_only_at_its_end_and_random_play_almost_never_gets_there(
     assert reached == pytest.approx(1.42e-5, rel=0.01)  # 1 episode in 70,000; the budget below plays about 600
 
 
-def final_eval(run_dir: Path) -> float:
+def evals(run_dir: Path) -> list[float]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in records if "eval/mean_return" in r][-1]["eval/mean_return"]
+    return [r["eval/mean_return"] for r in records if "eval/mean_return" in r]
 
 
+@pytest.mark.long
 def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path):
-    """``experiment=sparse_chain`` for 24k agent steps (about 5 s each on 2 cores): with ``rnd`` and
-    with ``re3`` the final evaluation reaches at least 0.9 of the best return (1); without an
-    intrinsic reward it stays at 0. The three runs go at once."""
-    procs = {name: DistrlProcess(["train", "experiment=sparse_chain", f"intrinsic={name}",
+    """``experiment=sparse_chain`` for 120k agent steps (about 25 s each alone on 2 cores): with ``rnd`` and
+    with ``re3`` an evaluation (10 episodes, sampled actions) reaches at least 0.9 of the best return
+    (1); without an intrinsic reward every one is 0. The three runs go at once, in fp32 on any CPU."""
+    procs = {name: DistrlProcess(["train", "experiment=sparse_chain", f"intrinsic={name}", "precision=fp32",
                                   f"train.num_train_steps={BUDGET}", f"hydra.run.dir={tmp_path / name}"])
              for name in ("none", "rnd", "re3")}
-    results = dict(zip(procs, finish_all(list(procs.values()), timeout=240), strict=True))
+    results = dict(zip(procs, finish_all(list(procs.values()), timeout=400), strict=True))
     for name, done in results.items():
         assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
         assert done.alive_children() == []
-    assert final_eval(tmp_path / "none") == 0.0
-    assert final_eval(tmp_path / "rnd") >= 0.9
-    assert final_eval(tmp_path / "re3") >= 0.9
+    assert evals(tmp_path / "none") and max(evals(tmp_path / "none")) == 0.0
+    assert max(evals(tmp_path / "rnd")) >= 0.9
+    assert max(evals(tmp_path / "re3")) >= 0.9
     records = [json.loads(line) for line in (tmp_path / "rnd" / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in records if "charts/intrinsic_reward" in r]
     assert logged and all({"charts/intrinsic_reward_raw", "charts/intrinsic_coef", "losses/intrinsic"} <= set(r)

@@ -94,6 +94,7 @@ class Regularised(IMPALA):
         return metrics
 
 
+@pytest.mark.long
 def test_a_subclass_update_and_loss_train_in_the_learner_and_envs_are_rebuilt_in_the_actors(tmp_path, monkeypatch):
     """rllte's script shape end to end: a factory env cut at 20 steps (rebuilt in the actor
     process), an eval env made by gymnasium.make and cut at 9, the overrides in the learner."""
@@ -118,6 +119,7 @@ def test_a_subclass_update_and_loss_train_in_the_learner_and_envs_are_rebuilt_in
     assert done.returncode == 2 and "Python env factory" in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.long
 def test_hsuanwu_cfgs_from_hydras_own_api_with_env_objects(tmp_path, monkeypatch):
     """Hsuanwu's shape: cfgs composed with Hydra's API (nothing of distrl's called first), then
     DistributedTrainer(cfgs, train_env, test_env) positionally; test() and save() give what they say."""

@@ -90,13 +90,14 @@ def _train_here(overrides: list[str], run_dir: Path) -> tuple[DistributedTrainer
 
 
 def test_cartpole_lstm_two_learners_time_limit_and_a_linear_entropy_cost(tmp_path):
-    """In this process: an LSTM core, 30-step episodes, two learners on the fewest slots (issue #9
-    saw 128 steps, then a hang, with 5), and ``agent.entropy_schedule=linear``: every update's
+    """In this process: an LSTM core in bf16 (on any CPU), 30-step episodes, two learners on the fewest
+    slots (issue #9 saw 128 steps, then a hang, with 5), and ``agent.entropy_schedule=linear``: every update's
     entropy cost is ``agent.entropy_cost`` times the learning rate's decay factor, so it falls to
     near 0 by the end. Afterwards every slot index is back on the free queue: none lost, none twice."""
     steps = 8000
     trainer, counters = _train_here(
-        [*TINY_CARTPOLE, "model.use_lstm=true", "env.max_episode_steps=30", "num_learners=2", "num_storages=12",
+        [*TINY_CARTPOLE, "model.use_lstm=true", "precision=bf16", "env.max_episode_steps=30", "num_learners=2",
+         "num_storages=12",
          "agent.entropy_schedule=linear", f"train.num_train_steps={steps}", "train.num_eval_episodes=0"], tmp_path)
     assert counters["agent_steps"] >= steps
     assert trainer.free_indices == list(range(trainer.num_storages))

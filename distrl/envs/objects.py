@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 
 # ids whose tuned preset (conf/experiment/) a Python-API run starts from
-PRESETS = {"CartPole-v1": "cartpole", "distrl/SparseChain-v0": "sparse_chain", "distrl/ImageCue-v0": "image_cue",
+PRESETS = {"CartPole-v1": "cartpole", "distrl/SparseChain-v1": "sparse_chain", "distrl/ImageCue-v0": "image_cue",
            "distrl/ImageCueMemory-v0": "image_cue_memory"}
 
 # keys a vector env's spec adds to the single env's kwargs
