@@ -130,8 +130,7 @@ class DistributedAgent:
     def __init__(self, env: Any, eval_env: Any = None, tag: str = "default", seed: int = 1, device: str = "cpu",
                  num_steps: int | None = None, num_actors: int | None = None, num_learners: int | None = None,
                  num_storages: int | None = None, **kwargs: Any):
-        if "run" in type(self).__dict__ or any("run" in vars(c) for c in type(self).__mro__[1:]
-                                               if c not in (DistributedAgent, IMPALA, object)):
+        if hasattr(type(self), "run"):  # rllte's actor loop, overridden by a subclass
             raise TypeError(f"{type(self).__name__} overrides run(): distrl's actors run their own loop in spawned "
                             f"processes; wrap the env (or pass an env factory) to change what an actor's env does, "
                             f"and override update() or loss() to change learning (docs/api.md)")
