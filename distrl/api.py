@@ -154,8 +154,9 @@ class DistributedAgent:
         self.run_dir: Path | None = None
 
     def _compose(self, overrides: list[str], extra: list[str]) -> DictConfig:
-        cfg = compose_config(overrides, check=False)
-        steps = cfg.num_steps * int(self.kwargs.get("batch_size", cfg.batch_size))
+        sizes = [f"batch_size={_value(self.kwargs['batch_size'])}"] if "batch_size" in self.kwargs else []
+        cfg = compose_config([*overrides, *sizes, *extra], check=False)  # the T and B the run will have
+        steps = max(1, cfg.num_steps * cfg.batch_size)  # (0 is refused by validation below)
         for name, value in self.kwargs.items():
             if name == "init_fn":
                 if value not in INIT_FNS:
