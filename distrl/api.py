@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +212,8 @@ class DistributedAgent:
             cfg.train.num_eval_episodes = int(num_eval_episodes)
             cfg.train.th_compile = bool(th_compile)
         validated = validate(cfg)
-        self.run_dir = self.run_dir or _new_run_dir(cfg.tag)
         self.trainer = DistributedTrainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg)
+        self.run_dir = self.trainer.run_dir  # a second train() continues in it (resume=auto)
         self.trainer.learner.update_fn = lambda batch, stop=None: self.update(batch)
         self.trainer.learner.loss_fn = self.loss
         self.cfg = cfg
@@ -270,12 +269,6 @@ class IMPALA(DistributedAgent):
     """rllte's ``IMPALA``: the concrete :class:`DistributedAgent` (IMPALA is what distrl trains)."""
 
 
-def _new_run_dir(tag: str) -> Path:
-    """``outputs/<date>/<time>[_tag]``, as ``distrl train`` names a run directory."""
-    stamp = time.strftime("%Y-%m-%d/%H-%M-%S")
-    return Path("outputs") / f"{stamp}{'_' + tag if tag else ''}"
-
-
 class SimulatorDistributed:
     """rlpack's ``SimulatorDistributed(n_procs, config, backend)``: ``n_procs`` ranks of distrl on this
     machine, through the launcher of ``distributed.nproc_per_node`` (torch's elastic launcher), the
@@ -300,7 +293,9 @@ class SimulatorDistributed:
             raise ConfigError(f"n_procs={n_procs!r} is not allowed: an integer >= 1")
         self.n_procs, self.backend = n_procs, backend
         config = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
-        self.run_dir = Path(config.pop("run_dir", None) or _new_run_dir(config.get("tag", "")))
+        from distrl.engine.trainer import default_run_dir
+
+        self.run_dir = Path(config.pop("run_dir", None) or default_run_dir(config.get("tag", "")))
         env = config.pop("env", None)
         self.overrides = [*(env_choice(env).overrides if isinstance(env, str) else []), *_flatten(config),
                           f"distributed.backend={backend}"]

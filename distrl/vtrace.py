@@ -87,6 +87,7 @@ def vtrace_from_logits(
     discount: float,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
+    log_rhos: torch.Tensor | None = None,
 ) -> VTraceReturns:
     """V-trace targets from policy logits, with episode ends handled.
 
@@ -109,11 +110,14 @@ def vtrace_from_logits(
             (ignored elsewhere).
         discount: gamma in [0, 1].
         rho_bar, c_bar: truncation levels of the importance weights.
+        log_rhos: ``[T, B]`` ``log pi(a) - log mu(a)`` if the caller has them already (a second
+            return over the same batch); None: computed here from the logits.
 
     Returns:
         ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
     """
-    log_rhos = action_log_probs(target_logits, actions) - action_log_probs(behaviour_logits, actions)
+    if log_rhos is None:
+        log_rhos = action_log_probs(target_logits, actions) - action_log_probs(behaviour_logits, actions)
     ended = terminated | truncated
     bootstrap_at_limit = (truncated & ~terminated).float()
     rewards = rewards + discount * bootstrap_at_limit * truncation_values

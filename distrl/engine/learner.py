@@ -222,8 +222,9 @@ class Learner:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         actions = batch["action"][STEPS]
         behaviour_logits = batch["policy_logits"][STEPS]
+        log_rhos = vtrace.action_log_probs(logits, actions) - vtrace.action_log_probs(behaviour_logits, actions)
         extrinsic = vtrace.vtrace_from_logits(
-            behaviour_logits=behaviour_logits, target_logits=logits, actions=actions,
+            behaviour_logits=behaviour_logits, target_logits=logits, actions=actions, log_rhos=log_rhos,
             rewards=rewards, terminated=batch["terminated"][STEPS], truncated=batch["truncated"][STEPS],
             values=baseline, bootstrap_value=values[BOOTSTRAP], truncation_values=batch["truncation_value"][STEPS],
             discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
@@ -233,7 +234,7 @@ class Learner:
             never = torch.zeros_like(actions, dtype=torch.bool)
             intrinsic_baseline = intrinsic_values[STEPS]
             intrinsic = vtrace.vtrace_from_logits(
-                behaviour_logits=behaviour_logits, target_logits=logits, actions=actions,
+                behaviour_logits=behaviour_logits, target_logits=logits, actions=actions, log_rhos=log_rhos,
                 rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)), terminated=never, truncated=never,
                 values=intrinsic_baseline, bootstrap_value=intrinsic_values[BOOTSTRAP],
                 truncation_values=torch.zeros_like(intrinsic_baseline),

@@ -95,7 +95,7 @@ class DistributedTrainer:
         self.cfg = cfg
         self.eval_env = cfg.env if eval_env is None else eval_env
         self.ranks = ranks or Ranks()
-        self.run_dir = Path(run_dir) if run_dir is not None else _default_run_dir(cfg)
+        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg.tag)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.device = self.placement.device
 
@@ -539,13 +539,14 @@ def _with_env_objects(cfg: DictConfig, train_env: Any, test_env: Any) -> tuple[D
     return cfg, None if test_env is None else env_node(test_env, "test_env")[0]
 
 
-def _default_run_dir(cfg: DictConfig) -> Path:
-    """The running Hydra app's output directory, else ``outputs/<date>/<time>[_tag]``."""
+def default_run_dir(tag: str = "") -> Path:
+    """The running Hydra app's output directory, else ``outputs/<date>/<time>[_tag]`` (as
+    ``distrl train`` names one)."""
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
-    return Path("outputs") / (time.strftime("%Y-%m-%d/%H-%M-%S") + (f"_{cfg.tag}" if cfg.tag else ""))
+    return Path("outputs") / (time.strftime("%Y-%m-%d/%H-%M-%S") + (f"_{tag}" if tag else ""))
 
 
 def _already_stopping(signum, frame) -> None:

@@ -141,8 +141,10 @@ def _from_object(env: gym.Env | gym.vector.VectorEnv, role: str) -> EnvChoice:
     except (ValueError, TypeError) as exc:
         raise EnvObjectError(f"{role}: the spec of {spec.id!r} cannot be written for the actor processes ({exc}): "
                              f"pass a picklable zero-argument function that returns the env") from None
-    base = _from_id(spec.id) if spec.id in PRESETS or spec.id.startswith("MiniGrid-") else EnvChoice(["env=gym"])
-    overrides = base.overrides if base.overrides != ["env=gym"] else ["env=gym", *_model_for(gym.make(single))]
+    if spec.id in PRESETS or spec.id.startswith("MiniGrid-"):
+        overrides = _from_id(spec.id).overrides
+    else:
+        overrides = ["env=gym", *_model_for(gym.make(single))]
     return EnvChoice(overrides, {"id": spec.id, "spec": text}, num_envs)
 
 
