@@ -319,6 +319,20 @@ def autocast(precision: str, device: torch.device | str = "cpu"):
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+def cast_matmul_weights(model: nn.Module, dtype: torch.dtype) -> None:
+    """Keep the weights and biases of ``model``'s convolutions and linear layers in ``dtype``
+    (``torch.bfloat16``, or ``torch.float32`` to undo it), in place.
+
+    Under a bf16 :func:`autocast` these layers cast their fp32 weights to bf16 on every call (the
+    same round-to-nearest-even as here), so a model run that way computes exactly what it computed
+    with fp32 weights, without re-reading and casting 4 bytes per weight at every forward pass (the
+    actors' steps: docs/benchmarks.md, "fp32 against bf16"). Every other layer (the LSTM) stays fp32.
+    Such a model runs only under a bf16 :func:`autocast`; weights copied into it are cast on copy."""
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            module.to(dtype)
+
+
 @dataclass
 class StepInputs:
     """What the policy saw besides the observations at one step of ``k`` envs (see
@@ -427,6 +441,7 @@ class DistributedActorLearner(nn.Module):
         self.learner = ActorCritic(obs_shape, num_actions, model_cfg, intrinsic_value)
         self.actor = ActorCritic(obs_shape, num_actions, model_cfg, intrinsic_value)
         self.actor.load_state_dict(self.learner.state_dict())
+        self.actor_precision = "fp32"
         self.optimizers: dict[str, torch.optim.Optimizer] = (
             {"opt": opt_class(self.learner.parameters(), **(opt_kwargs or {}))} if seed_style else {})
 
@@ -445,7 +460,7 @@ class DistributedActorLearner(nn.Module):
         core = f"LSTM {net.core.hidden_size}" if net.core is not None else "no LSTM"
         return f"model {type(net.encoder).__name__}, {core}, {n_params:,} parameters"
 
-    def freeze(self, encoder: nn.Module | None = None, dist: Any = None) -> None:
+    def freeze(self, encoder: nn.Module | None = None, dist: Any = None, *, actor_precision: str = "fp32") -> None:
         """Put the actor copy in shared memory, without gradients, in eval mode.
 
         Args:
@@ -454,6 +469,10 @@ class DistributedActorLearner(nn.Module):
                 replaces the configured one in both copies (the learner's is trained). None: keep it.
             dist: the action distribution; only the categorical one (None, or a class named
                 ``Categorical``) is offered.
+            actor_precision: the arithmetic of the actors' inference (:attr:`actor_precision`). With
+                ``bf16`` the actor copy keeps its convolutions' and linear layers' weights in bf16
+                (:func:`cast_matmul_weights`; :meth:`publish` casts into them), so it must
+                be run under ``autocast("bf16")``.
 
         Raises:
             ValueError: another distribution, or an encoder whose output is not ``feature_dim`` wide.
@@ -478,14 +497,19 @@ class DistributedActorLearner(nn.Module):
                                                                       **self.optimizers["opt"].defaults)
         self.actor.requires_grad_(False)
         self.actor.eval()
+        cast_matmul_weights(self.actor, torch.bfloat16 if actor_precision == "bf16" else torch.float32)
+        self.actor_precision = actor_precision
         self.actor.share_memory()
 
     def explore(self, obs: torch.Tensor, first: torch.Tensor | None = None) -> torch.Tensor:
         """Actions ``[B] int64`` sampled by the actor copy (the behaviour policy) for ``obs
-        [B, *obs_shape]`` (``first [B] bool``: episode starts; None: all). Without an LSTM state or
-        the previous action and reward; :func:`step_policy` carries those."""
-        first = torch.ones(obs.shape[0], dtype=torch.bool) if first is None else first
-        out, _ = self.actor.act(obs, first, self.actor.initial_state(obs.shape[0]) if self.actor.core else ())
+        [B, *obs_shape]`` (``first [B] bool``: episode starts; None: all). From a zero LSTM state,
+        with action 0 and reward 0 as the previous ones; :func:`step_policy` carries the real ones."""
+        n = obs.shape[0]
+        first = torch.ones(n, dtype=torch.bool) if first is None else first
+        nothing_before = torch.zeros(n, dtype=torch.int64), torch.zeros(n)  # the previous action and reward
+        with autocast(self.actor_precision):
+            out, _ = self.actor.act(obs, first, self.actor.initial_state(n), False, *nothing_before)
         return out["action"]
 
     def forward(
@@ -505,7 +529,8 @@ class DistributedActorLearner(nn.Module):
 
     @torch.no_grad()
     def publish(self) -> None:
-        """Copy the learner's weights into the (shared-memory) actor copy."""
+        """Copy the learner's weights into the (shared-memory) actor copy (cast to bf16 where
+        :meth:`freeze` made the actor copy's weights bf16)."""
         for actor_p, learner_p in zip(self.actor.parameters(), self.learner.parameters(), strict=True):
             actor_p.copy_(learner_p, non_blocking=False)
 

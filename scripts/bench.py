@@ -18,11 +18,13 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
      ``--ranks 1 2 4``: T with each number of ranks (``distributed.nproc_per_node``, the
      machine's cores split among them), T_N, and the scaling efficiency T_N / (N x T_1).
 
-With ``--precisions fp32 bf16`` every figure is measured with each ``precision``, back to back,
-and the ratios follow.
+With ``--precisions fp32 bf16`` every figure is measured with each ``precision``, the two
+interleaved in every round (``--repeats``), and the ratios follow.
 
-Limit model: P = 1 / (1/E + 1/I + 1/L) for end to end, P_S = 1 / (1/E + 1/I) for sampling;
-the ratios S/P_S and T/P say how close distrl runs to what the parts allow.
+Limit model: an agent step costs 1/E + 1/I + 1/L core-seconds, so P = 1 / (1/E + 1/I + 1/L) is what
+one core allows and the limit of a run is its cores (actors + learner threads) x P; P_S =
+1 / (1/E + 1/I) is one actor core's limit for sampling. S/P_S and T/limit say how close distrl runs
+to what the parts allow.
 """
 
 from __future__ import annotations
@@ -84,11 +86,13 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, s
 def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, cores,
                       precision: str, warmup: float, seconds: float, out) -> None:
     from distrl.engine.actor import pin_process
+    from distrl.engine.evaluator import inference_copy
     from distrl.policy import ActorCritic, autocast
 
     pin_process(cores)
     torch.set_num_threads(1)
-    model = ActorCritic(tuple(obs_shape), num_actions, OmegaConf.create(model_cfg)).eval()
+    # as the actors hold it: bf16 weights for bf16 (DistributedActorLearner.freeze)
+    model = inference_copy(ActorCritic(tuple(obs_shape), num_actions, OmegaConf.create(model_cfg)), "cpu", precision)
     if obs_dtype == "uint8":
         obs = torch.randint(0, 255, (batch, *obs_shape), dtype=torch.uint8)
     else:
@@ -142,9 +146,9 @@ def bench_sampling(cfg, spec, args) -> float:
     from distrl.policy import DistributedActorLearner
 
     ctx = mp.get_context("spawn")
-    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)
-    policy.freeze()
     placement = plan(cfg)
+    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)
+    policy.freeze(actor_precision=placement.actor_precision)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
     channels = Channels.create(storage, ctx, placement.num_actors)
     stop, episodes = channels.stop_event, channels.episode_queue
@@ -200,7 +204,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     torch.set_num_threads(placement.learner_threads)
     device = placement.device
     policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model).to(device)
-    policy.freeze()
+    policy.freeze(actor_precision=placement.actor_precision)
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)
     steps_per_update = schedule.steps_per_update
@@ -295,9 +299,8 @@ def main() -> None:
              "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder,
              "actor_cores": placement.actor_cores, "overrides": overrides}
     print(json.dumps({"machine": machine, "setup": setup}), flush=True)
-    tables = []
-    for precision in args.precisions:
-        tables.append((precision, _measure(args, [*overrides, f"precision={precision}"], spec)))
+    tables = _measure(args, {precision: [*overrides, f"precision={precision}"] for precision in args.precisions},
+                      spec)
     for precision, rows in tables:
         width = max(len(k) for k, _ in rows)
         print(f"precision={precision}")
@@ -310,40 +313,62 @@ def main() -> None:
             print(f"{precision} / {tables[0][0]}: " + ", ".join(f"{k} {r:.2f}x" for k, r in ratios.items()))
 
 
-def _measure(args, overrides: list[str], spec) -> list[tuple[str, str]]:
-    """Every figure of ``args.only`` with ``overrides``; the summary rows."""
-    cfg = compose_config(overrides)
-    placement = plan(cfg)
-    print(json.dumps({"precision": {"learner": placement.precision, "why": placement.precision_reason,
-                                    "actors": placement.actor_precision}}), flush=True)
-    figures: dict[str, float] = {}
+def _measure(args, overrides_by_precision: dict[str, list[str]], spec) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every figure of ``args.only`` for each precision's overrides; per precision, the summary rows.
 
-    def emit(name: str, value, **extra) -> None:
-        figures[name] = value
-        print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), "precision": placement.precision,
-                          **extra}), flush=True)
+    Each round measures every figure with every precision before the next round, T included, so that
+    a machine whose speed drifts affects both precisions alike; a figure is the median of its rounds."""
+    setups = {}
+    for precision, overrides in overrides_by_precision.items():
+        cfg = compose_config(overrides)
+        placement = plan(cfg)
+        setups[precision] = (cfg, placement, overrides)
+        print(json.dumps({"precision": {"asked": precision, "learner": placement.precision,
+                                        "why": placement.precision_reason, "actors": placement.actor_precision}}),
+              flush=True)
+    rounds: dict[str, dict[str, list[float]]] = {precision: {} for precision in setups}
+    extras: dict[str, dict[str, list[dict]]] = {precision: {} for precision in setups}
+    for repeat in range(args.repeats):
+        for precision, (cfg, _, overrides) in setups.items():
+            for name, measure in _parts(cfg, overrides, spec, args):
+                if name[0] not in args.only:
+                    continue
+                value = measure()
+                if isinstance(value, dict):  # T: agent steps/s with its frames/s, memory and lag
+                    extras[precision].setdefault(name, []).append(value)
+                    value = value["T"]
+                rounds[precision].setdefault(name, []).append(value)
+                print(json.dumps({"round": repeat + 1, "precision": precision, "figure": name,
+                                  "agent_steps_per_s": round(value, 1)}), flush=True)
+    if "L" in args.only and args.compile:
+        for precision, (cfg, _, _) in setups.items():
+            rounds[precision]["L_compiled"] = [bench_learner(cfg, spec, args, compile_model=True)]
+    return [(precision, _summary(args, rounds[precision], extras[precision], setups[precision][1], precision))
+            for precision in setups]
 
+
+def _parts(cfg, overrides: list[str], spec, args) -> list[tuple[str, object]]:
+    """The figures of one setup as ``(name, measure)``; ``measure()`` gives agent steps/s (T: a dict)."""
     parts = [("E", lambda: bench_env(cfg, spec, args)), ("I", lambda: bench_inference(cfg, spec, args)),
              ("S", lambda: bench_sampling(cfg, spec, args)), ("L", lambda: bench_learner(cfg, spec, args))]
-    rounds: dict[str, list[float]] = {}
-    for repeat in range(args.repeats):
-        for name, measure in parts:
-            if name in args.only:
-                value = measure()
-                rounds.setdefault(name, []).append(value)
-                print(json.dumps({"round": repeat + 1, "figure": name, "agent_steps_per_s": round(value, 1)}),
-                      flush=True)
-    for name, values in rounds.items():
-        emit(name, float(np.median(values)), rounds=[round(v, 1) for v in values])
-    if "L" in args.only and args.compile:
-        emit("L_compiled", bench_learner(cfg, spec, args, compile_model=True))
     if "T" in args.only:
-        for ranks in args.ranks:
-            name = "T" if ranks == 1 else f"T_{ranks}"
-            end = bench_end_to_end([*overrides, f"distributed.nproc_per_node={ranks}"], spec, args)
-            emit(name, end["T"], frames_per_s=round(end["T_frames"], 1), peak_pss_gib=round(end["peak_pss_gib"], 2),
-                 policy_lag=round(end["policy_lag"], 2), ranks=ranks)
+        parts += [("T" if ranks == 1 else f"T_{ranks}",
+                   lambda ranks=ranks: bench_end_to_end([*overrides, f"distributed.nproc_per_node={ranks}"],
+                                                        spec, args)) for ranks in args.ranks]
+    return parts
 
+
+def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]], placement, precision: str):
+    """Print one precision's figures (medians of the rounds) as JSON lines; its summary rows."""
+    figures = {name: float(np.median(values)) for name, values in rounds.items()}
+    for name, value in figures.items():
+        extra = {}
+        if name in extras:  # the T round nearest the median
+            end = min(extras[name], key=lambda e: abs(e["T"] - value))
+            extra = {"frames_per_s": round(value * end["T_frames"] / end["T"], 1),
+                     "peak_pss_gib": round(end["peak_pss_gib"], 2), "policy_lag": round(end["policy_lag"], 2)}
+        print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), "precision": precision,
+                          "rounds": [round(v, 1) for v in rounds[name]], **extra}), flush=True)
     rows = [(k, f"{v:,.0f}") for k, v in figures.items()]
     for ranks in args.ranks:
         if ranks > 1 and {"T", f"T_{ranks}"} <= set(figures):
@@ -358,10 +383,12 @@ def _measure(args, overrides: list[str], spec) -> list[tuple[str, str]]:
                 rows.append(("S/P_S rounds", " ".join(f"{r:.2f}" for r in ratios)))
         if "L" in figures:
             p = 1 / (1 / figures["E"] + 1 / figures["I"] + 1 / figures["L"])
+            cores = placement.num_actors + placement.learner_threads
             rows.append(("P", f"{p:,.0f}"))
+            rows.append((f"limit ({cores} cores x P)", f"{cores * p:,.0f}"))
             if "T" in figures:
-                rows.append(("T/P", f"{figures['T'] / p:.2f}"))
-    print(json.dumps({"summary": {k: v for k, v in rows}, "precision": placement.precision}), flush=True)
+                rows.append(("T/limit", f"{figures['T'] / (cores * p):.2f}"))
+    print(json.dumps({"summary": {k: v for k, v in rows}, "precision": precision}), flush=True)
     return rows
 
 

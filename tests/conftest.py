@@ -48,6 +48,16 @@ def compose_train(overrides: list[str]):
         return compose("train", overrides=overrides)
 
 
+def assert_actor_holds(actor_state: dict, weights: dict) -> None:
+    """Each tensor of the actor copy's ``state_dict`` is the one of ``weights`` (a learner's or a
+    checkpoint's; it may hold more, e.g. an intrinsic value head) cast to the actor's dtype (bf16 for
+    the matrix products of a bf16 actor copy, exactly as a publish casts)."""
+    import torch
+
+    for name, value in actor_state.items():
+        assert torch.equal(value, weights[name].to(value.dtype)), name
+
+
 @dataclass
 class Finished:
     returncode: int

@@ -12,7 +12,7 @@ import imageio.v2 as imageio
 import psutil
 import pytest
 import torch
-from conftest import PONG_RUN, REPO, TINY_PONG, DistrlProcess, compose_train, run_distrl
+from conftest import PONG_RUN, REPO, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, run_distrl
 
 from distrl.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 from distrl.engine.trainer import DistributedTrainer
@@ -116,8 +116,7 @@ def test_a_checkpoint_of_751cbb7_resumes_weights_optimizer_schedule_and_counters
         torch.testing.assert_close(values["square_avg"], state["optimizer"]["state"][index]["square_avg"])
     for name, value in trainer.policy.learner.state_dict().items():
         torch.testing.assert_close(value, state["model"][name])
-    for name, value in trainer.policy.actor.state_dict().items():
-        torch.testing.assert_close(value, state["model"][name])
+    assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])
     assert trainer.counters["agent_steps"] == saved and trainer.counters["updates"] == 10
 
     counters = trainer.train()
@@ -168,8 +167,7 @@ def test_resume_from_best_continues_from_the_best_evaluation(pong_run, tmp_path)
     trainer = DistributedTrainer(cfg, tmp_path / "from-best", progress=False)
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.counters["best_eval_return"] == state["best_eval_return"]
-    for name, value in trainer.policy.actor.state_dict().items():  # the actors start with the best weights
-        torch.testing.assert_close(value, state["model"][name])
+    assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])  # the actors start with the best weights
 
 
 def test_init_model_path_loads_weights_only(pong_run, tmp_path):
@@ -179,8 +177,7 @@ def test_init_model_path_loads_weights_only(pong_run, tmp_path):
     trainer = DistributedTrainer(cfg, tmp_path / "finetune", progress=False)
     for name, value in trainer.policy.learner.state_dict().items():
         torch.testing.assert_close(value, state["model"][name])
-    for name, value in trainer.policy.actor.state_dict().items():  # published to the actors too
-        torch.testing.assert_close(value, state["model"][name])
+    assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])  # published to the actors too
     assert trainer.counters["agent_steps"] == 0 and trainer.counters["updates"] == 0
     assert trainer.optimizer.state_dict()["state"] == {}
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer.schedule.at(0).learning_rate)

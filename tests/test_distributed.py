@@ -10,8 +10,7 @@ import time
 
 import psutil
 import pytest
-import torch
-from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, compose_train, run_distrl
+from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from distrl.checkpoint import load_checkpoint
@@ -54,8 +53,7 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.position.updates == state["agent_steps"] // (20 * 4)  # T x B of one rank
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.agent.lr * (1 - state["agent_steps"] / 10000))
-    for name, value in trainer.policy.actor.state_dict().items():
-        torch.testing.assert_close(value, state["model"][name])
+    assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])
 
 
 @pytest.mark.long

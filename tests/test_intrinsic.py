@@ -5,7 +5,7 @@ import io
 
 import pytest
 import torch
-from conftest import compose_train
+from conftest import assert_actor_holds, compose_train
 from test_learner import learner_for, on_policy_batch
 
 from distrl.config import ConfigError
@@ -246,8 +246,7 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     for name in ("rnd", "none"):
         tuned = DistributedTrainer(compose_train([*common, f"intrinsic={name}", f"train.init_model_path={run}"]),
                                    tmp_path / name, progress=False)
-        for key, value in tuned.policy.actor.state_dict().items():
-            torch.testing.assert_close(value, state["model"][key])
+        assert_actor_holds(tuned.policy.actor.state_dict(), state["model"])
         assert tuned.counters["agent_steps"] == 0 and tuned.optimizer.state_dict()["state"] == {}
         assert tuned.checkpoint_state()["pretraining"] is False
         if name == "rnd":
@@ -265,5 +264,4 @@ def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):
     assert (first.name, second.name) == ("pretrained_5000.pth", "agent_8000.pth")
     other = DistributedActorLearner.from_config((40,), 2, cfg.model)
     other.load(str(first), "cpu")
-    for key, value in other.actor.state_dict().items():
-        torch.testing.assert_close(value, policy.learner.state_dict()[key])
+    assert_actor_holds(other.actor.state_dict(), policy.learner.state_dict())

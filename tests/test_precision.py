@@ -93,3 +93,32 @@ def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
     assert all(p.dtype == torch.float32 for p in policy.learner.parameters())
     assert all(v.dtype == torch.float32 for state in learner.optimizer.state.values() for v in state.values()
                if torch.is_tensor(v) and v.is_floating_point())
+
+
+def test_the_actors_bf16_copy_acts_exactly_as_autocast_on_the_learners_weights():
+    """The actor copy keeps bf16 weights (cast once per publish, not at every step); what it computes
+    is what the fp32 weights give under autocast, to the bit, before and after a publish."""
+    cfg = compose_train(["env=atari", "model.use_lstm=true", "model.last_action_reward=true"])
+    torch.manual_seed(0)
+    policy = DistributedActorLearner.from_config((4, 84, 84), 6, cfg.model)
+    policy.freeze(actor_precision="bf16")
+    assert policy.actor.encoder.fc[0].weight.dtype == policy.actor.policy.bias.dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in policy.actor.core.parameters())  # the LSTM stays fp32
+    assert all(p.is_shared() for p in policy.actor.parameters())
+    assert all(p.dtype == torch.float32 for p in policy.learner.parameters())
+    obs = _pong_batch(T=3, B=5)
+    first, action, reward = torch.zeros(4, 5, dtype=torch.bool), torch.randint(0, 6, (4, 5)), torch.randn(4, 5)
+    for _ in range(2):
+        with torch.no_grad(), autocast("bf16"):
+            expected = policy.learner(obs, first, policy.learner.initial_state(5), action, reward)
+            got = policy.actor(obs, first, policy.actor.initial_state(5), action, reward)
+        for e, g in zip((*expected[:2], *expected[2]), (*got[:2], *got[2]), strict=True):
+            assert g.dtype == torch.float32 and torch.equal(e, g)
+        with torch.no_grad():
+            for p in policy.learner.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+        policy.publish()
+    assert policy.explore(obs[0]).shape == (5,)
+    policy.freeze(actor_precision="fp32")  # back to fp32 weights: runs without autocast
+    assert all(p.dtype == torch.float32 and p.is_shared() for p in policy.actor.parameters())
+    policy.actor(obs, first, policy.actor.initial_state(5), action, reward)

@@ -18,7 +18,7 @@ import torch
 from omegaconf import DictConfig
 
 from distrl.envs import eval_seed, make_vector_env
-from distrl.policy import ActorCritic, AgentState, step_policy
+from distrl.policy import ActorCritic, AgentState, cast_matmul_weights, step_policy
 
 MAX_PARALLEL_ENVS = 16
 
@@ -39,6 +39,14 @@ class EvalResult:
         return float(np.std(self.returns))
 
 
+def inference_copy(model: ActorCritic, device: torch.device | str, precision: str) -> ActorCritic:
+    """A copy of ``model`` on ``device`` in eval mode, with its matrix products' weights in bf16 for
+    ``bf16`` (:func:`distrl.policy.cast_matmul_weights`: what autocast computes, cast once)."""
+    frozen = copy.deepcopy(model).to(device).eval()
+    cast_matmul_weights(frozen, torch.bfloat16 if precision == "bf16" else torch.float32)
+    return frozen
+
+
 @torch.no_grad()
 def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: int,
              deterministic: bool = False, stop: Callable[[], bool] = lambda: False,
@@ -55,7 +63,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         device: where the frozen copy runs its forward passes.
         precision: ``fp32`` or ``bf16`` (:func:`distrl.policy.autocast`).
     """
-    frozen = copy.deepcopy(model).to(device).eval()
+    frozen = inference_copy(model, device, precision)
     num_envs = min(num_episodes, MAX_PARALLEL_ENVS)
     quota = np.array([num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)])
     env = make_vector_env(env_cfg, num_envs, num_threads=1)
@@ -100,7 +108,7 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
 
     from distrl.envs import make_render_env
 
-    frozen = copy.deepcopy(model).to(device).eval()
+    frozen = inference_copy(model, device, precision)
     env = make_render_env(env_cfg)
     returns: list[float] = []
     lengths: list[int] = []

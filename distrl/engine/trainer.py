@@ -109,7 +109,7 @@ class DistributedTrainer:
         if cfg.train.init_model_path:
             self._initial_weights(str(checkpoint.checkpoint_file(cfg.train.init_model_path)))
         self.policy.to(self.device)
-        self.policy.freeze()
+        self.policy.freeze(actor_precision=self.placement.actor_precision)
         if self.intrinsic is not None:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
