@@ -34,8 +34,13 @@ CoreState = tuple[torch.Tensor, ...]
 
 
 def _to_float_image(obs: torch.Tensor) -> torch.Tensor:
-    """``[N, C, H, W] uint8`` -> float32 in [0, 1], channels-last."""
-    return obs.contiguous(memory_format=torch.channels_last).float().div_(255.0)
+    """``[N, C, H, W] uint8`` -> floats in [0, 1], channels-last: float32, or bfloat16 under a bf16
+    :func:`autocast`, the dtype the first convolution would cast to (the same values: every uint8 is
+    exact in bf16 and the division rounds once, as the cast of the float32 quotient does), without
+    writing and re-reading the frames in float32."""
+    device = obs.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
+    return obs.contiguous(memory_format=torch.channels_last).to(dtype).div_(255.0)
 
 
 class _ConvEncoder(nn.Module):

@@ -122,3 +122,14 @@ def test_the_actors_bf16_copy_acts_exactly_as_autocast_on_the_learners_weights()
     policy.freeze(actor_precision="fp32")  # back to fp32 weights: runs without autocast
     assert all(p.dtype == torch.float32 and p.is_shared() for p in policy.actor.parameters())
     policy.actor(obs, first, policy.actor.initial_state(5), action, reward)
+
+
+def test_frames_become_bf16_directly_under_autocast_with_the_values_of_the_float32_path():
+    from distrl.policy import _to_float_image
+
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    assert _to_float_image(frames).dtype == torch.float32
+    with autocast("bf16"):
+        direct = _to_float_image(frames)
+    assert direct.dtype == torch.bfloat16 and direct.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(direct, _to_float_image(frames).to(torch.bfloat16))
