@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from distrl.checkpoint import CheckpointError
 from distrl.cli import Terminated, checked, fail
 from distrl.config import ConfigError, config_dir, register_configs
+from distrl.runlock import RunDirectoryBusy
 
 log = logging.getLogger("distrl")
 
@@ -52,7 +53,7 @@ def main(cfg: DictConfig) -> None:
                 _remove_if_only_hydra(own_dir)
     try:
         trainer = DistributedTrainer(cfg, run_dir, ranks=ranks, validated=validated)
-    except (CheckpointError, ConfigError) as exc:
+    except (CheckpointError, ConfigError, RunDirectoryBusy) as exc:
         fail("train", str(exc))
     # A shell that starts a job in the background may leave SIGINT ignored; Ctrl-C and
     # SIGTERM must always reach the trainer so that it can stop cleanly.

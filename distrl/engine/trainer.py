@@ -40,6 +40,7 @@ from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, Trai
 from distrl.envs import env_seed, eval_seed
 from distrl.intrinsic import make_intrinsic, needs_value_head
 from distrl.policy import DistributedActorLearner
+from distrl.runlock import RunLock
 from distrl.telemetry import NullTelemetry, Telemetry
 from distrl.validation import Validated, validate
 
@@ -123,9 +124,17 @@ class DistributedTrainer:
         self.best_eval_return = -float("inf")
         self.free_indices: list[int] = []
         self.save_requested = threading.Event()
-        self.resumed_from = checkpoint.find_resume_checkpoint(cfg.resume, self.run_dir)
-        if self.resumed_from:
-            self._resume(checkpoint.load_checkpoint(self.resumed_from))
+        # one live run per run directory (rank 0 holds it for a group of ranks); before any checkpoint is read
+        self.run_lock = RunLock(self.run_dir)
+        if self.ranks.is_main:
+            self.run_lock.acquire()
+        try:
+            self.resumed_from = checkpoint.find_resume_checkpoint(cfg.resume, self.run_dir)
+            if self.resumed_from:
+                self._resume(checkpoint.load_checkpoint(self.resumed_from))
+        except BaseException:
+            self.run_lock.release()
+            raise
         if self.ranks.enabled:  # every rank starts from rank 0's weights
             self.ranks.broadcast_parameters(self.policy.learner)
             self.policy.publish()
@@ -280,6 +289,14 @@ class DistributedTrainer:
                 checkpoint could not be written (the message says why). Workers are stopped first,
                 and a checkpoint saved except after a learner failure.
         """
+        if self.ranks.is_main:
+            self.run_lock.acquire()  # held since __init__, unless an earlier train() gave it up
+        try:
+            return self._train()
+        finally:
+            self.run_lock.release()
+
+    def _train(self) -> dict[str, Any]:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with logs.run_logging(self.run_dir, cfg.log_level):
