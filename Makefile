@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install "$(TORCH)"
-	$(BIN)/pip install -e ".[dev]"
+	$(BIN)/pip install -e ".[dev,sweeps]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with dev extras
+install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with the dev and sweeps extras
 
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)

@@ -97,4 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distrl: interrupted", file=sys.stderr)
         return 130
+    from distrl.sweeps import SweepCheck
+
+    if SweepCheck.interrupted:  # a sweep of jobs side by side, each stopped with its checkpoint
+        print("distrl: interrupted", file=sys.stderr)
+        return 130
     return 0

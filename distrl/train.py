@@ -30,6 +30,30 @@ def _raise_terminated(signum, frame):
 def main(cfg: DictConfig) -> None:
     """Validate the config (once), then train one run in Hydra's run directory (as one rank of several
     under ``torchrun``; or start ``distributed.nproc_per_node`` ranks here)."""
+    from hydra.types import RunMode
+
+    from distrl import sweeps
+
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return _train(cfg)
+    try:
+        core_share = sweeps.start_job(hydra_cfg)
+    except sweeps.SweepInterrupted as exc:
+        log.warning("%s", exc)
+        return None
+    if core_share is None:
+        return _train(cfg)
+    try:
+        return _train(cfg)
+    except KeyboardInterrupt:  # the launching process passed Ctrl-C on: the checkpoint is saved
+        log.warning("job %s interrupted", hydra_cfg.job.num)
+        return None
+    finally:
+        core_share.release()
+
+
+def _train(cfg: DictConfig):
     from distrl import distributed, logs
     from distrl.validation import validate
 

@@ -1,0 +1,88 @@
+"""Hydra sweeps with jobs side by side (hydra/launcher=joblib): each job on its own share of the
+cores, a sweep the machine cannot hold refused before any job starts, Ctrl-C stopping every job
+with its checkpoint."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import psutil
+import pytest
+from conftest import DistrlProcess, run_distrl
+
+from distrl.sweeps import INTERRUPTED_MARK, claim_share, share
+
+SWEEP = ["train", "-m", "experiment=cartpole", "hydra/launcher=joblib", "train.log_interval=1000"]
+
+
+def test_shares_split_the_cores_and_a_claim_is_held_until_released(tmp_path):
+    assert [share([0, 1, 2, 3], i, 2) for i in range(2)] == [(0, 1), (2, 3)]
+    assert [share([4, 5], i, 3) for i in range(3)] == [(4,), (5,), (4,)]  # more shares than cores: one each
+    before = os.sched_getaffinity(0)
+    first = claim_share(tmp_path, 2)
+    assert os.sched_getaffinity(0) == set(first.cores)
+    second = claim_share(tmp_path, 2)  # another job (the same process here): the other share
+    assert {first.index, second.index} == {0, 1}
+    with pytest.raises(RuntimeError, match="all 2 core shares"):
+        claim_share(tmp_path, 2)
+    second.release()
+    first.release()
+    assert os.sched_getaffinity(0) == before
+    again = claim_share(tmp_path, 2)  # a finished job's share is free again
+    assert again.index == 0
+    again.release()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["hydra.launcher.n_jobs=3"], "hydra.launcher.n_jobs=3 jobs at once on 2 cores: each job needs at least one core"),
+    (["hydra.launcher.n_jobs=2", "num_actors=1,2"], r"num_actors=2 with 2 jobs at once on 2 cores: 2 x 2 actors > 2 "
+                                                    r"cores; each job has 1 core\(s\)"),
+    (["hydra.launcher.n_jobs=2", "num_storages=100000000"],
+     r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), this machine has "
+     r"[\d.]+ GiB available"),
+], ids=["jobs", "actors", "memory"])
+def test_a_sweep_the_machine_cannot_hold_is_refused_before_any_job_starts(tmp_path, args, message):
+    if len(os.sched_getaffinity(0)) != 2:
+        pytest.fail("the expected messages are written for a 2-core machine")
+    done = run_distrl([*SWEEP, "seed=1,2", *args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], timeout=120)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and re.match(f"distrl train: error: {message}", errors[0]), done.stderr[-2000:]
+    assert not (tmp_path / "sweep" / "0").exists()
+
+
+@pytest.mark.long
+def test_jobs_side_by_side_take_their_own_cores_and_ctrl_c_stops_each_with_a_checkpoint(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    args = [*SWEEP, "seed=1,2,3,4", "hydra.launcher.n_jobs=2", "train.num_train_steps=2000000",
+            f"hydra.sweep.dir={sweep_dir}"]
+    proc = DistrlProcess(args)
+    logs = [sweep_dir / str(job) / "train.log" for job in (0, 1)]
+    started = lambda: all(p.exists() and "training to" in p.read_text() for p in logs)  # noqa: E731
+    assert proc.wait_for(started, timeout=120), "the first two jobs did not start"
+    jobs = [child for child in proc.poll_children() if child.pid == os.getpgid(child.pid)]
+    assert len(jobs) == 2  # each job in a process group of its own
+    shares = {frozenset(job.cpu_affinity()) for job in jobs}
+    assert len(shares) == 2 and not set.intersection(*map(set, shares))  # two jobs, two different cores
+    proc.signal(signal.SIGINT)  # a terminal's Ctrl-C: the launching process's group
+    done = proc.finish(timeout=120)
+    assert done.returncode == 130, done.stderr[-3000:]
+    for job in (0, 1):
+        ckpts = sorted((sweep_dir / str(job) / "checkpoints").glob("step_*.pt"))
+        assert ckpts, f"job {job} saved no checkpoint"
+    for job in (2, 3):  # waiting jobs did not start
+        assert not (sweep_dir / str(job) / "checkpoints").exists()
+    assert (sweep_dir / INTERRUPTED_MARK).exists()
+    assert not [pid for pid in done.children if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+
+    # the same command again continues: the interrupted jobs resume, the others run
+    again = run_distrl([*args[:-2], "train.num_train_steps=50000", "train.num_eval_episodes=2", args[-1]],
+                       timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    text = again.stderr + "".join((sweep_dir / str(job) / "train.log").read_text() for job in range(4))
+    assert text.count("resumed at") == 2
+    for job in range(4):
+        assert (sweep_dir / str(job) / "checkpoints" / "latest.pt").exists()
+    assert not (sweep_dir / INTERRUPTED_MARK).exists()
