@@ -154,6 +154,7 @@ class TrainConfig:
     log_level: str = MISSING
     resume: Any = MISSING  # auto | false | a checkpoint file or run directory
     precision: str = MISSING  # auto | fp32 | bf16
+    objective: str = MISSING  # a metrics.jsonl key: what a multirun job returns to its sweeper
 
 
 @dataclass

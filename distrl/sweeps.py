@@ -28,7 +28,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from distrl.host import cpu_count
+from distrl.host import available_memory, cpu_count
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,32 @@ def start_job(hydra_cfg: DictConfig) -> CoreShare | None:
     return claimed
 
 
+def objective_value(run_dir: str | os.PathLike, key: str, window: int = 100) -> float:
+    """What ``distrl train`` returns to a Hydra sweeper (e.g. hydra-optuna-sweeper): the last value of
+    an ``eval/`` key in ``<run dir>/metrics.jsonl`` (``eval/mean_return``: the final evaluation's
+    mean return), the mean of the last ``window`` values of any other scalar logged there (e.g.
+    ``charts/episodic_return``: the last 100 training episodes). NaN, with a warning that names the
+    logged keys, when ``key`` was never logged."""
+    import json
+    import math
+
+    values, keys = [], set()
+    path = Path(run_dir) / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        keys.update(record)
+        if key in record:
+            values.append(float(record[key]))
+    if not values:
+        log.warning("objective=%s was never logged in %s (logged: %s); the sweeper gets NaN", key, path,
+                    ", ".join(sorted(keys - {"agent_steps", "frames", "time"})) or "nothing")
+        return math.nan
+    return values[-1] if key.startswith("eval/") else sum(values[-window:]) / len(values[-window:])
+
+
 def _sweep_values(overrides: list[str], key: str) -> list[str]:
     """The values the sweep's ``overrides`` give ``key`` (all of a sweep ``a,b``), or ``[]``."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -154,6 +180,11 @@ def check_sweep(config: DictConfig) -> str | None:
     """Why the machine cannot hold the sweep's jobs side by side, with the numbers; None if it can.
 
     Reads the launcher's jobs at once, the base config and the sweep's values of ``num_actors``."""
+    sweeper = config.hydra.get("sweeper") or {}
+    direction = str(sweeper.get("direction", "minimize")).split(".")[-1].lower()  # a string or an enum
+    if "OptunaSweeper" in str(sweeper.get("_target_", "")) and "return" in config.objective and direction == "minimize":
+        return (f"hydra.sweeper.direction=minimize with objective={config.objective}: Optuna would look for the "
+                f"lowest return; add hydra.sweeper.direction=maximize")
     jobs = parallel_jobs(config.hydra)
     if jobs <= 1:
         return None
@@ -169,8 +200,8 @@ def check_sweep(config: DictConfig) -> str | None:
                 f"> {cores} cores; each job has {per_job} core(s) (use num_actors=auto or <= {per_job}, or fewer "
                 f"jobs)")
     need = jobs * _job_gib(config, per_job)
-    available = _available_gib()
-    if available is not None and need > available:
+    available = available_memory() / 2**30
+    if need > available:
         return (f"{jobs} jobs at once need about {need:.1f} GiB ({need / jobs:.2f} GiB each: rollout storage and "
                 f"processes), this machine has {available:.1f} GiB available (use fewer jobs)")
     return None
@@ -193,16 +224,6 @@ def _job_gib(config: DictConfig, cores: int) -> float:
         frame_bytes = 4 * 1024  # vectors and small images: a few KiB
     storage = slots * (cfg.num_steps + 1) * (frame_bytes + 64)
     return storage / 2**30 + PROCESS_GIB * (num_actors + 1)
-
-
-def _available_gib() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    except OSError:
-        return None
-    return None
 
 
 def _running_jobs() -> list[int]:

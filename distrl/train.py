@@ -10,8 +10,10 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from distrl import sweeps
 from distrl.checkpoint import CheckpointError
 from distrl.cli import Terminated, checked, fail
 from distrl.config import ConfigError, config_dir, register_configs
@@ -27,13 +29,10 @@ def _raise_terminated(signum, frame):
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | None:
     """Validate the config (once), then train one run in Hydra's run directory (as one rank of several
-    under ``torchrun``; or start ``distributed.nproc_per_node`` ranks here)."""
-    from hydra.types import RunMode
-
-    from distrl import sweeps
-
+    under ``torchrun``; or start ``distributed.nproc_per_node`` ranks here). A job of a multirun
+    returns ``objective``'s value (:func:`distrl.sweeps.objective_value`) for the sweeper."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return _train(cfg)
@@ -53,7 +52,7 @@ def main(cfg: DictConfig) -> None:
         core_share.release()
 
 
-def _train(cfg: DictConfig):
+def _train(cfg: DictConfig) -> float | None:
     from distrl import distributed, logs
     from distrl.validation import validate
 
@@ -93,6 +92,9 @@ def _train(cfg: DictConfig):
         fail("train", str(exc), code=1)
     finally:
         distributed.shutdown(ranks)
+    if HydraConfig.get().mode == RunMode.MULTIRUN and ranks.is_main:  # for a sweeper such as Optuna's
+        return sweeps.objective_value(run_dir, cfg.objective)
+    return None
 
 
 def _launch_ranks(cfg: DictConfig, run_dir: str) -> None:

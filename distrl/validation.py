@@ -218,6 +218,8 @@ def _validate_run(cfg: DictConfig) -> None:
     _auto_or_positive_int(cfg.learner_threads, "learner_threads")
     _check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
     _check(cfg.precision in PRECISIONS, "precision", cfg.precision, ", ".join(PRECISIONS))
+    _check(isinstance(cfg.objective, str) and bool(cfg.objective.strip()), "objective", cfg.objective,
+           "a key of metrics.jsonl, e.g. eval/mean_return or charts/episodic_return")
     for key in ("num_steps", "num_learners", "batch_size", "envs_per_actor",
                 "train.num_train_steps", "train.log_interval", "train.eval_interval",
                 "train.save_interval", "train.keep_checkpoints"):

@@ -4,12 +4,14 @@ with its checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 
 import psutil
 import pytest
+import yaml
 from conftest import DistrlProcess, run_distrl
 
 from distrl.sweeps import INTERRUPTED_MARK, claim_share, share
@@ -42,11 +44,15 @@ def test_shares_split_the_cores_and_a_claim_is_held_until_released(tmp_path):
     (["hydra.launcher.n_jobs=2", "num_storages=100000000"],
      r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), this machine has "
      r"[\d.]+ GiB available"),
-], ids=["jobs", "actors", "memory"])
+    (["hydra/sweeper=optuna", "agent.lr=interval(0.001,0.01)", "seed=1"],
+     "hydra.sweeper.direction=minimize with objective=eval/mean_return: Optuna would look for the lowest return"),
+], ids=["jobs", "actors", "memory", "optuna-direction"])
 def test_a_sweep_the_machine_cannot_hold_is_refused_before_any_job_starts(tmp_path, args, message):
     if len(os.sched_getaffinity(0)) != 2:
         pytest.fail("the expected messages are written for a 2-core machine")
-    done = run_distrl([*SWEEP, "seed=1,2", *args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], timeout=120)
+    sweep = [a for a in SWEEP if not a.startswith("hydra/launcher")] if "hydra/sweeper=optuna" in args else SWEEP
+    seeds = [] if "seed=1" in args else ["seed=1,2"]
+    done = run_distrl([*sweep, *seeds, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], timeout=120)
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and re.match(f"distrl train: error: {message}", errors[0]), done.stderr[-2000:]
@@ -86,3 +92,20 @@ def test_jobs_side_by_side_take_their_own_cores_and_ctrl_c_stops_each_with_a_che
     for job in range(4):
         assert (sweep_dir / str(job) / "checkpoints" / "latest.pt").exists()
     assert not (sweep_dir / INTERRUPTED_MARK).exists()
+
+
+@pytest.mark.long
+def test_an_optuna_study_maximises_the_final_evaluation(tmp_path):
+    sweep_dir = tmp_path / "study"
+    done = run_distrl(["train", "-m", "experiment=cartpole", "train.num_train_steps=10000", "train.num_eval_episodes=3",
+                       "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.direction=maximize",
+                       "hydra.sweeper.sampler.seed=1", "agent.lr=interval(0.001,0.01)",
+                       f"hydra.sweep.dir={sweep_dir}"], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    finals = []
+    for trial in range(3):
+        records = [json.loads(line) for line in (sweep_dir / str(trial) / "metrics.jsonl").read_text().splitlines()]
+        finals.append([r["eval/mean_return"] for r in records if "eval/mean_return" in r][-1])
+    results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert results["best_value"] == pytest.approx(max(finals))
+    assert 0.001 <= results["best_params"]["agent.lr"] <= 0.01
