@@ -68,9 +68,67 @@ def command_help(command: str, overrides: list[str]) -> int:
     return 0
 
 
+COMMANDS = ("train", "eval")
+
+
+def shell_completion(argv: list[str]) -> int:
+    """Hydra's shell completion for ``distrl train`` and ``distrl eval``: groups, options and keys.
+
+    ``distrl [train|eval] --shell-completion install=bash`` (or ``-sc install=bash``; zsh takes the
+    same script after ``bashcompinit``) prints Hydra's completion script for the ``distrl``
+    command. At each TAB, bash runs ``distrl -sc query=bash`` with the line in ``COMP_LINE``: the
+    subcommand is completed here, the rest by the subcommand's Hydra app (its config: train.yaml
+    or eval.yaml), which sees the line without the subcommand."""
+    import os
+
+    action = next((a.split("=", 1)[1] if a.startswith("--shell-completion=") else argv[i + 1]
+                   for i, a in enumerate(argv)
+                   if a in ("-sc", "--shell-completion") and i + 1 < len(argv) or a.startswith("--shell-completion=")),
+                  None)
+    if action is None:
+        print("distrl: --shell-completion needs install=bash, install=zsh, uninstall=bash or query=bash",
+              file=sys.stderr)
+        return 2
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    command = next((a for a in argv if a in COMMANDS), None)
+    if action.startswith("query="):
+        typing_command = len(words) < 2 or (len(words) == 2 and not line.endswith(" "))
+        if typing_command:  # the subcommand itself
+            typed = words[1] if len(words) == 2 else ""
+            print(" ".join(c for c in COMMANDS if c.startswith(typed)))
+            return 0
+        command = words[1]
+        if command not in COMMANDS:
+            return 0
+        # the subcommand's app completes the rest; it strips one word (the app's name) first
+        os.environ["COMP_LINE"] = "distrl " + line.split(command, 1)[1].lstrip()
+    elif command is None:
+        command = "train"  # install/uninstall: the script is the same for both subcommands
+    if command == "train":
+        from distrl.train import main as command_main
+    else:
+        from distrl.evaluate import main as command_main
+    sys.argv = ["distrl", "--shell-completion", action]  # the script registers completion for 'distrl'
+    if not action.startswith("query="):
+        command_main()
+        return 0
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        command_main()
+    # the typed schemas behind the env and model options are not options a user picks (as in --help)
+    print(" ".join(word for word in out.getvalue().split() if "_schema" not in word))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``distrl``; returns the exit code (130 after Ctrl-C, 143 after SIGTERM)."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-sc", "--shell-completion") or argv and argv[0].startswith("--shell-completion="):
+        return shell_completion(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
@@ -80,10 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if "-h" in rest or "--help" in rest:
         return command_help(command, [a for a in rest if a not in ("-h", "--help", "-m", "--multirun")])
-    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in rest):
-        print("distrl: shell completion is not offered (Hydra's completion does not know distrl's "
-              "subcommands); 'distrl train --help' lists the groups and keys", file=sys.stderr)
-        return 2
+    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in argv):
+        return shell_completion(argv)
     if command == "train":
         from distrl.train import main as command_main
     else:

@@ -6,6 +6,9 @@ that their interpreters' start-up overlaps."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,9 +62,37 @@ def test_help_lists_only_what_a_user_may_choose(capsys):
     assert "intrinsic:   none, re3, rnd" in out
     assert "_schema" not in out
     assert "id: CartPole-v1" in out and "lr: 0.005" in out  # the composed keys, with the preset
-    assert cli.main(["train", "--shell-completion", "install=bash"]) == 2
-    err = capsys.readouterr().err
-    assert "not offered" in err and "Traceback" not in err
+
+
+COMPLETE = """
+eval "$(distrl train --shell-completion install=bash)"
+for line in "distrl tr" "distrl train model=" "distrl train agent.entropy_c" "distrl train -m seed=1,2 intrinsic=" \
+            "distrl eval ck" "distrl train train.init_model_path=./con"; do
+  COMP_LINE="$line"; COMP_POINT=${#COMP_LINE}; read -ra COMP_WORDS <<< "$COMP_LINE"
+  COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
+  hydra_bash_completion
+  echo "$line => ${COMPREPLY[*]}"
+done
+"""
+
+
+def test_bash_completes_commands_groups_options_and_keys():
+    """The way bash calls it: the installed script's function, with COMP_LINE/COMP_WORDS as bash sets
+    them at a TAB, running the real ``distrl`` command."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", COMPLETE], capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = dict(line.split(" => ") for line in done.stdout.splitlines())
+    assert got["distrl tr"] == "train"
+    assert got["distrl train model="].split() == ["model=impala_resnet", "model=minigrid_cnn", "model=mlp",
+                                                  "model=nature_cnn"]
+    assert got["distrl train agent.entropy_c"] == "agent.entropy_cost="
+    assert got["distrl train -m seed=1,2 intrinsic="].split() == ["intrinsic=none", "intrinsic=re3", "intrinsic=rnd"]
+    assert got["distrl eval ck"] == "ckpt="
+    assert got["distrl train train.init_model_path=./con"] == "train.init_model_path=./conf"  # paths, too
+    installed = subprocess.run(["distrl", "-sc", "install=zsh"], capture_output=True, text=True, env=env, timeout=60)
+    assert installed.returncode == 0 and "complete -o nospace -o default -F hydra_bash_completion distrl" in \
+        installed.stdout
 
 
 def test_no_command_or_an_unknown_one_prints_the_usage(capsys):
