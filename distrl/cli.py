@@ -13,7 +13,7 @@ commands:
 
 'distrl train --help' lists the config groups and every key with its default."""
 
-GROUPS = ("env", "model", "agent", "intrinsic", "experiment")
+GROUPS = ("env", "model", "agent", "intrinsic", "logger", "experiment")
 
 
 class Terminated(KeyboardInterrupt):

@@ -155,6 +155,7 @@ class TrainConfig:
     resume: Any = MISSING  # auto | false | a checkpoint file or run directory
     precision: str = MISSING  # auto | fp32 | bf16
     objective: str = MISSING  # a metrics.jsonl key: what a multirun job returns to its sweeper
+    logger: Any = MISSING  # conf/logger/: tensorboard | wandb
 
 
 @dataclass

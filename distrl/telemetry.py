@@ -1,8 +1,10 @@
-"""TensorBoard scalars, a ``metrics.jsonl`` file and the console progress bar.
+"""TensorBoard scalars, a ``metrics.jsonl`` file, Weights & Biases if asked, and the console progress bar.
 
 Every scalar goes to TensorBoard (x-axis: agent steps) and, as one JSON
 object per call of :meth:`Telemetry.log`, to ``metrics.jsonl``:
 ``{"agent_steps": ..., "frames": ..., "time": <unix seconds>, "<name>": value, ...}``.
+With ``logger=wandb`` the same scalars, under the same names, go to a W&B run whose x-axis is the
+``agent_steps`` metric (:class:`WandbSink`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -33,8 +36,9 @@ class Telemetry:
     """
 
     def __init__(self, run_dir: str | Path, total_steps: int, start_step: int = 0, frameskip: int = 1,
-                 hparams: dict | None = None, progress: bool = True):
+                 hparams: dict | None = None, progress: bool = True, wandb: WandbSink | None = None):
         self.run_dir = Path(run_dir)
+        self.wandb = wandb
         self.frameskip = frameskip
         self.writer = SummaryWriter(log_dir=str(self.run_dir / "tb"))
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
@@ -60,6 +64,8 @@ class Telemetry:
             self._guard("writer", lambda: [self.writer.add_scalar(n, v, agent_steps) for n, v in scalars.items()])
         if self.jsonl is not None:
             self._guard("jsonl", lambda: self.jsonl.write(json.dumps(record) + "\n"))
+        if self.wandb is not None:
+            self._guard("wandb", lambda: self.wandb.log(scalars, agent_steps, record["frames"]))
 
     def _quiet_writer_thread(self, args) -> None:
         """TensorBoard's writer thread dies on a write error and re-raises it at the next write,
@@ -71,7 +77,7 @@ class Telemetry:
         try:
             write()
         except Exception as exc:  # tensorboard re-raises its writer thread's OSError as itself
-            where = self.run_dir / ("tb" if sink == "writer" else "metrics.jsonl")
+            where = {"writer": self.run_dir / "tb", "jsonl": self.run_dir / "metrics.jsonl", "wandb": "W&B"}[sink]
             log.warning("metrics: cannot write %s (%s: %s); no more metrics go there in this run", where,
                         type(exc).__name__, exc)
             handle = getattr(self, sink)
@@ -94,7 +100,48 @@ class Telemetry:
             self._guard("writer", self.writer.close)  # its thread may die of a write error here
         if self.jsonl is not None:
             self._guard("jsonl", self.jsonl.close)
+        if self.wandb is not None:
+            self._guard("wandb", self.wandb.close)
         threading.excepthook = self._excepthook
+
+
+class WandbSink:
+    """One W&B run per run directory: the id is kept in ``<run dir>/wandb_run_id``, so a run resumed
+    in its directory continues its W&B run (``resume="allow"``); scalars are logged with
+    ``agent_steps`` and ``frames`` beside them, ``agent_steps`` being every metric's x-axis.
+
+    Args:
+        run_dir: the run directory (W&B's files go to ``run_dir/wandb``).
+        settings: the ``logger`` config node (``project``, ``entity``, ``group``, ``tags``, ``mode``).
+        config: the resolved run config, logged as the W&B run's config.
+
+    Raises:
+        Exception: whatever ``wandb.init`` raises (no login online, for one); the trainer then goes
+            on without W&B.
+    """
+
+    ID_FILE = "wandb_run_id"
+
+    def __init__(self, run_dir: str | Path, settings, config: dict):
+        import wandb
+
+        run_dir = Path(run_dir)
+        id_file = run_dir / self.ID_FILE
+        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)  # W&B's id: [a-z0-9]
+        id_file.write_text(run_id + "\n")
+        (run_dir / "wandb").mkdir(exist_ok=True)
+        self.run = wandb.init(project=settings.project, entity=settings.entity, group=settings.group,
+                              tags=list(settings.tags or []), name=run_dir.name, dir=str(run_dir), config=config,
+                              id=run_id, resume="allow", mode=settings.mode, reinit="create_new")
+        self.run.define_metric("agent_steps")
+        self.run.define_metric("*", step_metric="agent_steps")
+        log.info("W&B run %s (%s)", run_id, self.run.settings.mode)
+
+    def log(self, scalars: dict[str, float], agent_steps: int, frames: int) -> None:
+        self.run.log({**scalars, "agent_steps": agent_steps, "frames": frames})
+
+    def close(self) -> None:
+        self.run.finish()
 
 
 class NullTelemetry:

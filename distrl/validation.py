@@ -211,6 +211,18 @@ def validate(cfg: DictConfig) -> Validated:
     return Validated(placement, spec)
 
 
+def _validate_logger(logger: DictConfig) -> None:
+    _check(logger.name in ("tensorboard", "wandb"), "logger", logger.name, "tensorboard, wandb")
+    if logger.name == "wandb":
+        _check(logger.mode in (None, "online", "offline", "disabled"), "logger.mode", logger.mode,
+               "null, online, offline, disabled")
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            _check(False, "logger", "wandb", "the wandb package is not installed (pip install wandb; make install "
+                   "installs it with the sweeps extra)")
+
+
 def _validate_run(cfg: DictConfig) -> None:
     """The top-level sizes and the ``train`` block."""
     _auto_or_positive_int(cfg.num_actors, "num_actors")
@@ -220,6 +232,7 @@ def _validate_run(cfg: DictConfig) -> None:
     _check(cfg.precision in PRECISIONS, "precision", cfg.precision, ", ".join(PRECISIONS))
     _check(isinstance(cfg.objective, str) and bool(cfg.objective.strip()), "objective", cfg.objective,
            "a key of metrics.jsonl, e.g. eval/mean_return or charts/episodic_return")
+    _validate_logger(cfg.logger)
     for key in ("num_steps", "num_learners", "batch_size", "envs_per_actor",
                 "train.num_train_steps", "train.log_interval", "train.eval_interval",
                 "train.save_interval", "train.keep_checkpoints"):

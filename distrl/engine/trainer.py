@@ -41,7 +41,7 @@ from distrl.envs import env_seed, eval_seed
 from distrl.intrinsic import make_intrinsic, needs_value_head
 from distrl.policy import DistributedActorLearner
 from distrl.runlock import RunLock
-from distrl.telemetry import NullTelemetry, Telemetry
+from distrl.telemetry import NullTelemetry, Telemetry, WandbSink
 from distrl.validation import Validated, validate
 
 __all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "Stalled", "TrainingError"]
@@ -154,6 +154,18 @@ class DistributedTrainer:
         ``last_save_step``, ``best_eval_return``."""
         position = self.position
         return {"agent_steps": position.agent_steps, "updates": position.updates, **self._run_state().as_dict()}
+
+    def _wandb_sink(self) -> WandbSink | None:
+        """With ``logger=wandb``, the W&B run of this run directory; None otherwise, or when W&B
+        cannot start (warned: metrics never end a run)."""
+        if self.cfg.logger.name != "wandb":
+            return None
+        try:
+            return WandbSink(self.run_dir, self.cfg.logger, OmegaConf.to_container(self.cfg, resolve=True))
+        except Exception as exc:
+            log.warning("logger=wandb: W&B did not start (%s: %s); TensorBoard and metrics.jsonl only",
+                        type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            return None
 
     def _run_state(self) -> RunState:
         return RunState(self.evals.last, self.saves.last, self.best_eval_return)
@@ -341,7 +353,7 @@ class DistributedTrainer:
         hparams["distributed.world_size"] = self.ranks.world_size
         self.telemetry = Telemetry(
             self.run_dir, train.num_train_steps, self.position.agent_steps, self.spec.frameskip,
-            hparams=hparams, progress=self.progress,
+            hparams=hparams, progress=self.progress, wandb=self._wandb_sink(),
         ) if self.ranks.is_main else NullTelemetry()
         self.channels = Channels.create(storage, mp_context, p.num_actors, self.position.policy_version)
         self.actor_logs = logs.ActorLogWriter(self.channels.log_queue, self.run_dir / "actors.log")
