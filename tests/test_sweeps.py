@@ -109,3 +109,32 @@ def test_an_optuna_study_maximises_the_final_evaluation(tmp_path):
     results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert results["best_value"] == pytest.approx(max(finals))
     assert 0.001 <= results["best_params"]["agent.lr"] <= 0.01
+
+
+def test_the_shipped_slurm_launcher_requeues_before_the_time_limit(tmp_path):
+    """distrl_slurm: the plugin's SLURM launcher with a USR2 before the time limit and requeues on
+    (the plugin's default is none), one task with the CPUs distrl sizes itself on."""
+    done = run_distrl(["train", "hydra/launcher=distrl_slurm", "--cfg", "hydra", "-p", "hydra.launcher"], timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    launcher = yaml.safe_load(done.stdout.split("\n", 1)[1])
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    assert launcher["signal_delay_s"] >= 120 and launcher["max_num_timeout"] > 0
+    assert launcher["tasks_per_node"] == 1 and launcher["cpus_per_task"] > 1
+
+
+@pytest.mark.long
+def test_a_job_at_its_time_limit_saves_is_requeued_and_resumes(tmp_path):
+    """submitit's local executor plays SLURM's time limit: USR2 30 s before ``timeout_min``. The job
+    saves a checkpoint, submitit requeues it into the same job directory and it resumes there."""
+    sweep_dir = tmp_path / "sweep"
+    done = run_distrl(["train", "-m", "experiment=cartpole", "seed=1", "train.num_train_steps=100000",
+                       "train.num_eval_episodes=2", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=1",
+                       f"hydra.sweep.dir={sweep_dir}"], timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (sweep_dir / "0" / "train.log").read_text()
+    assert "exit requested: stopping actors and learners" in log
+    stopped = re.search(r"training interrupted at (\d+) agent steps", log)
+    assert stopped and f"resumed at {stopped.group(1)} agent steps" in log
+    assert "training done at 100" in log
+    saved = sorted(p.name for p in (sweep_dir / "0" / "checkpoints").glob("step_*.pt"))
+    assert f"step_{int(stopped.group(1)):012d}.pt" in saved

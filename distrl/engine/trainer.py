@@ -377,6 +377,10 @@ class DistributedTrainer:
             outcome = "interrupted"
             log.warning("interrupted: stopping actors and learners")
             raise
+        except SystemExit:  # e.g. submitit's handler of a SLURM time limit, after it requeued the job
+            outcome = "interrupted"
+            log.warning("exit requested: stopping actors and learners")
+            raise
         except ActorFailure:
             outcome = "stopped after actor failures"
             raise
