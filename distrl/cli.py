@@ -81,10 +81,12 @@ def shell_completion(argv: list[str]) -> int:
     or eval.yaml), which sees the line without the subcommand."""
     import os
 
-    action = next((a.split("=", 1)[1] if a.startswith("--shell-completion=") else argv[i + 1]
-                   for i, a in enumerate(argv)
-                   if a in ("-sc", "--shell-completion") and i + 1 < len(argv) or a.startswith("--shell-completion=")),
-                  None)
+    action = None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--shell-completion="):
+            action = arg.split("=", 1)[1]
+        elif arg in ("-sc", "--shell-completion") and i + 1 < len(argv):
+            action = argv[i + 1]
     if action is None:
         print("distrl: --shell-completion needs install=bash, install=zsh, uninstall=bash or query=bash",
               file=sys.stderr)
@@ -127,8 +129,8 @@ def shell_completion(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run ``distrl``; returns the exit code (130 after Ctrl-C, 143 after SIGTERM)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-sc", "--shell-completion") or argv and argv[0].startswith("--shell-completion="):
-        return shell_completion(argv)
+    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in argv):
+        return shell_completion(argv)  # before the command: bash asks 'distrl -sc query=bash'
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
@@ -138,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if "-h" in rest or "--help" in rest:
         return command_help(command, [a for a in rest if a not in ("-h", "--help", "-m", "--multirun")])
-    if any(a in ("-sc", "--shell-completion") or a.startswith("--shell-completion=") for a in argv):
-        return shell_completion(argv)
     if command == "train":
         from distrl.train import main as command_main
     else:

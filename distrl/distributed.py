@@ -208,10 +208,9 @@ def take_core_share(local_rank: int | None = None, local_world_size: int | None 
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
     if local_world_size is None:
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    allowed = sorted(os.sched_getaffinity(0))
-    per = max(1, len(allowed) // local_world_size)
-    start = (local_rank * per) % len(allowed)
-    share = tuple(allowed[start:start + per]) or (allowed[local_rank % len(allowed)],)
+    from distrl.host import core_share
+
+    share = core_share(sorted(os.sched_getaffinity(0)), local_rank, local_world_size)
     os.sched_setaffinity(0, share)
     return share
 

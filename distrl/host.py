@@ -23,6 +23,15 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def core_share(allowed: list[int], index: int, count: int) -> tuple[int, ...]:
+    """Share ``index`` of ``count`` contiguous, equal shares of the cores ``allowed`` (at least one
+    core each; with more shares than cores, they wrap around). Ranks on a node and sweep jobs side by
+    side each take one."""
+    per = max(1, len(allowed) // count)
+    start = (index * per) % len(allowed)
+    return tuple(allowed[start:start + per]) or (allowed[index % len(allowed)],)
+
+
 def process_limit() -> int:
     """How many processes this user may start (RLIMIT_NPROC, capped by ``threads-max``), or a large number."""
     import resource

@@ -28,7 +28,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from distrl.host import available_memory, cpu_count
+from distrl.host import available_memory, core_share, cpu_count
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +59,6 @@ def _allowed_cores() -> list[int]:
     allowed = sorted(os.sched_getaffinity(0))
     os.environ[ALLOWED_CORES_ENV] = ",".join(map(str, allowed))
     return allowed
-
-
-def share(allowed: list[int], index: int, count: int) -> tuple[int, ...]:
-    """Share ``index`` of ``count`` contiguous, equal shares of the cores ``allowed`` (at least one core)."""
-    per = max(1, len(allowed) // count)
-    start = (index * per) % len(allowed)
-    return tuple(allowed[start:start + per]) or (allowed[index % len(allowed)],)
 
 
 class CoreShare:
@@ -99,7 +92,7 @@ def claim_share(sweep_dir: str | os.PathLike, jobs: int) -> CoreShare:
         except BlockingIOError:
             f.close()
             continue
-        cores = share(allowed, index, jobs)
+        cores = core_share(allowed, index, jobs)
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()}, cores {','.join(map(str, cores))}\n")

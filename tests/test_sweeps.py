@@ -14,14 +14,15 @@ import pytest
 import yaml
 from conftest import DistrlProcess, run_distrl
 
-from distrl.sweeps import INTERRUPTED_MARK, claim_share, share
+from distrl.host import core_share
+from distrl.sweeps import INTERRUPTED_MARK, claim_share
 
 SWEEP = ["train", "-m", "experiment=cartpole", "hydra/launcher=joblib", "train.log_interval=1000"]
 
 
 def test_shares_split_the_cores_and_a_claim_is_held_until_released(tmp_path):
-    assert [share([0, 1, 2, 3], i, 2) for i in range(2)] == [(0, 1), (2, 3)]
-    assert [share([4, 5], i, 3) for i in range(3)] == [(4,), (5,), (4,)]  # more shares than cores: one each
+    assert [core_share([0, 1, 2, 3], i, 2) for i in range(2)] == [(0, 1), (2, 3)]
+    assert [core_share([4, 5], i, 3) for i in range(3)] == [(4,), (5,), (4,)]  # more shares than cores: one each
     before = os.sched_getaffinity(0)
     first = claim_share(tmp_path, 2)
     assert os.sched_getaffinity(0) == set(first.cores)
