@@ -7,6 +7,7 @@ that their interpreters' start-up overlaps."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from conftest import REPO, DistrlProcess, Finished, finish_all
 
 from distrl import cli
+from distrl.runlock import RunLock
 
 OLD_CHECKPOINT = REPO / "tests" / "data" / "cartpole-751cbb7.pt"
 
@@ -26,6 +28,7 @@ CASES = {
                         "distrl train: error: cannot resume from"),
     "eval-without-ckpt": (["eval"], "distrl eval: error: ckpt is missing"),
     "eval-bad-ckpt": (["eval", f"ckpt={REPO / 'README.md'}"], f"distrl eval: error: {REPO / 'README.md'}"),
+    "live-run-dir": (["train", "experiment=cartpole"], "distrl train: error: "),  # this test process holds it
 }
 
 
@@ -33,8 +36,13 @@ CASES = {
 def failed(tmp_path_factory) -> tuple[Path, dict[str, Finished]]:
     """Every case's command, run at once; the run directories are under the path returned."""
     root = tmp_path_factory.mktemp("cli")
-    procs = {case: DistrlProcess([*args, f"hydra.run.dir={root / case}"]) for case, (args, _) in CASES.items()}
-    return root, dict(zip(procs, finish_all(list(procs.values()), timeout=120), strict=True))
+    live = RunLock(root / "live-run-dir")  # as a live run's trainer holds its run directory
+    live.acquire()
+    try:
+        procs = {case: DistrlProcess([*args, f"hydra.run.dir={root / case}"]) for case, (args, _) in CASES.items()}
+        return root, dict(zip(procs, finish_all(list(procs.values()), timeout=120), strict=True))
+    finally:
+        live.release()
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -52,6 +60,11 @@ def test_a_bad_command_fails_with_one_line_and_starts_nothing(case, failed):
     assert not (root / case / "checkpoints").exists()
     if case == "resume-mismatch":
         assert "env.id='CartPole-v1' in the checkpoint, env.id='Acrobot-v1' here" in lines[0]
+    if case == "live-run-dir":  # refused at once, naming the live run; nothing written into its directory
+        assert lines[0] == (f"distrl train: error: {root / case} is the run directory of a live run (host "
+                            f"{socket.gethostname()}, pid {os.getpid()}); stop it first, or give this run another "
+                            f"hydra.run.dir")
+        assert not (root / case / "metrics.jsonl").exists()
 
 
 def test_help_lists_only_what_a_user_may_choose(capsys):
@@ -76,6 +89,7 @@ done
 """
 
 
+@pytest.mark.long
 def test_bash_completes_commands_groups_options_and_keys():
     """The way bash calls it: the installed script's function, with COMP_LINE/COMP_WORDS as bash sets
     them at a TAB, running the real ``distrl`` command."""

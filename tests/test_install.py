@@ -21,7 +21,9 @@ def test_wheel_install_runs_from_another_directory(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import distrl; print(distrl.__file__)"], cwd=tmp_path,
                            env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(site)), where
-    for group in ("env", "agent", "model", "experiment", "intrinsic"):  # every config group is in the wheel
+    groups = {p.parent.relative_to(REPO / "conf") for p in (REPO / "conf").rglob("*.yaml")}
+    assert {"env", "agent", "model", "experiment", "intrinsic", "logger", "hydra/launcher"} <= {str(g) for g in groups}
+    for group in groups:  # every config group (and the top-level configs) is in the wheel
         assert sorted(p.name for p in (site / "distrl" / "conf" / group).glob("*.yaml")) == sorted(
             p.name for p in (REPO / "conf" / group).glob("*.yaml")), group
 

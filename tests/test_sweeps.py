@@ -12,7 +12,7 @@ import signal
 import psutil
 import pytest
 import yaml
-from conftest import DistrlProcess, run_distrl
+from conftest import DistrlProcess, finish_all, run_distrl
 
 from distrl.host import core_share
 from distrl.sweeps import INTERRUPTED_MARK, claim_share
@@ -38,26 +38,35 @@ def test_shares_split_the_cores_and_a_claim_is_held_until_released(tmp_path):
     again.release()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["hydra.launcher.n_jobs=3"], "hydra.launcher.n_jobs=3 jobs at once on 2 cores: each job needs at least one core"),
-    (["hydra.launcher.n_jobs=2", "num_actors=1,2"], r"num_actors=2 with 2 jobs at once on 2 cores: 2 x 2 actors > 2 "
-                                                    r"cores; each job has 1 core\(s\)"),
-    (["hydra.launcher.n_jobs=2", "num_storages=100000000"],
-     r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), this machine has "
-     r"[\d.]+ GiB available"),
-    (["hydra/sweeper=optuna", "agent.lr=interval(0.001,0.01)", "seed=1"],
-     "hydra.sweeper.direction=minimize with objective=eval/mean_return: Optuna would look for the lowest return"),
-], ids=["jobs", "actors", "memory", "optuna-direction"])
-def test_a_sweep_the_machine_cannot_hold_is_refused_before_any_job_starts(tmp_path, args, message):
+REFUSED = {  # the sweep's arguments -> the one error line (a regular expression)
+    "jobs": (["hydra.launcher.n_jobs=3"],
+             "hydra.launcher.n_jobs=3 jobs at once on 2 cores: each job needs at least one core"),
+    "actors": (["hydra.launcher.n_jobs=2", "num_actors=1,2"],
+               r"num_actors=2 with 2 jobs at once on 2 cores: 2 x 2 actors > 2 cores; each job has 1 core\(s\)"),
+    "memory": (["hydra.launcher.n_jobs=2", "num_storages=100000000"],
+               r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), this "
+               r"machine has [\d.]+ GiB available"),
+    "optuna-direction": (["hydra/sweeper=optuna", "agent.lr=interval(0.001,0.01)", "seed=1"],
+                         "hydra.sweeper.direction=minimize with objective=eval/mean_return: Optuna would look for "
+                         "the lowest return"),
+}
+
+
+def test_a_sweep_the_machine_cannot_hold_is_refused_before_any_job_starts(tmp_path):
+    """Each way once through the real command, all started at once (their start-ups overlap)."""
     if len(os.sched_getaffinity(0)) != 2:
         pytest.fail("the expected messages are written for a 2-core machine")
-    sweep = [a for a in SWEEP if not a.startswith("hydra/launcher")] if "hydra/sweeper=optuna" in args else SWEEP
-    seeds = [] if "seed=1" in args else ["seed=1,2"]
-    done = run_distrl([*sweep, *seeds, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], timeout=120)
-    assert done.returncode == 2
-    errors = [line for line in done.stderr.splitlines() if "error" in line]
-    assert len(errors) == 1 and re.match(f"distrl train: error: {message}", errors[0]), done.stderr[-2000:]
-    assert not (tmp_path / "sweep" / "0").exists()
+    procs = {}
+    for case, (args, _) in REFUSED.items():
+        sweep = [a for a in SWEEP if not a.startswith("hydra/launcher")] if "hydra/sweeper=optuna" in args else SWEEP
+        seeds = [] if "seed=1" in args else ["seed=1,2"]
+        procs[case] = DistrlProcess([*sweep, *seeds, *args, f"hydra.sweep.dir={tmp_path / case}"])
+    for (case, (_, message)), done in zip(REFUSED.items(), finish_all(list(procs.values()), timeout=120),
+                                          strict=True):
+        assert done.returncode == 2, (case, done.stderr[-2000:])
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and re.match(f"distrl train: error: {message}", errors[0]), (case, done.stderr[-2000:])
+        assert not (tmp_path / case / "0").exists()
 
 
 @pytest.mark.long
