@@ -12,6 +12,7 @@ than cores, more actors than a share's cores, or more memory than the machine ha
 Ctrl-C (SIGINT, or SIGTERM) stops every running job with its checkpoint: the jobs run in process
 groups of their own, so that the signal reaches the launching process alone, which passes it on to
 each job once (:class:`SweepCheck`) and marks the sweep interrupted (``<sweep dir>/.interrupted``);
+a running job repeats the signal to itself until its trainer stops (:class:`_InterruptWatcher`),
 jobs that were still waiting see the mark and do not start. ``distrl`` then exits with 130.
 """
 
@@ -22,6 +23,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +63,36 @@ def _allowed_cores() -> list[int]:
     return allowed
 
 
+class _InterruptWatcher(threading.Thread):
+    """Signals this job (SIGINT) once a second while its sweep is marked interrupted and its trainer
+    has not begun to stop. The launching process signals each job once; a trainer ignores signals
+    for the moment it spawns an actor (the child must start with them ignored), so that one can be
+    lost: this one is not."""
+
+    def __init__(self, mark: Path):
+        super().__init__(name="distrl-sweep-interrupt", daemon=True)
+        self.mark, self.done = mark, threading.Event()
+
+    def run(self) -> None:
+        from distrl.engine.trainer import SHUTTING_DOWN
+
+        while not self.done.wait(1.0):
+            if self.mark.exists() and not SHUTTING_DOWN.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+
+
 class CoreShare:
     """One job's claim on a share of the cores; :meth:`release` gives it back and restores the
     worker's affinity (loky workers run one job after another)."""
 
     def __init__(self, index: int, cores: tuple[int, ...], lock_file, before: set[int]):
         self.index, self.cores, self._file, self._before = index, cores, lock_file, before
+        self.watcher: _InterruptWatcher | None = None
 
     def release(self) -> None:
+        if self.watcher is not None:
+            self.watcher.done.set()
+            self.watcher = None
         if self._file is not None:
             os.sched_setaffinity(0, self._before)
             fcntl.flock(self._file, fcntl.LOCK_UN)
@@ -126,6 +150,8 @@ def start_job(hydra_cfg: DictConfig) -> CoreShare | None:
     if os.getpgid(0) != os.getpid():
         os.setpgid(0, 0)
     claimed = claim_share(hydra_cfg.sweep.dir, jobs)
+    claimed.watcher = _InterruptWatcher(Path(hydra_cfg.sweep.dir) / INTERRUPTED_MARK)
+    claimed.watcher.start()
     log.info("job %s: core share %d of %d, cores %s", hydra_cfg.job.get("num"), claimed.index, jobs,
              ",".join(map(str, claimed.cores)))
     return claimed

@@ -345,6 +345,7 @@ class DistributedTrainer:
 
     def _run(self) -> None:
         cfg, p, train = self.cfg, self.placement, self.cfg.train
+        SHUTTING_DOWN.clear()
         self._announce()
         mp_context = mp.get_context("spawn")
         storage = RolloutStorage(RolloutLayout.for_run(cfg, self.spec), self.num_storages, mp_context)
@@ -520,6 +521,7 @@ class DistributedTrainer:
     def _shutdown(self, outcome: str) -> None:
         """Stop the workers and the evaluation, then save (and, after a finished run, evaluate the
         final weights and save again)."""
+        SHUTTING_DOWN.set()
         failure = None
         # a second Ctrl-C or SIGTERM is logged and must not skip the checkpoint
         with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
@@ -580,6 +582,11 @@ def default_run_dir(tag: str = "") -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path("outputs") / (time.strftime("%Y-%m-%d/%H-%M-%S") + (f"_{tag}" if tag else ""))
+
+
+# Set while a trainer of this process stops (from the first line of its shutdown to the next run):
+# a sweep job's interrupt watcher (distrl.sweeps) stops signalling then.
+SHUTTING_DOWN = threading.Event()
 
 
 def _already_stopping(signum, frame) -> None:
