@@ -28,6 +28,41 @@ class RunDirectoryBusy(RuntimeError):
     """Another live process holds the run directory's lock."""
 
 
+def try_flock(path: Path, holder: str):
+    """Take an exclusive ``fcntl.flock`` on the file ``path`` (created if needed) without waiting,
+    and write ``holder`` (who holds it, one line) into it.
+
+    Returns:
+        ``(the open file, "")`` when taken (the lock lasts until :func:`unflock` or the process's
+        death), or ``(None, what the holder wrote)`` when another open file holds it.
+
+    Raises:
+        OSError: the filesystem does not offer flock (``errno`` ENOLCK, EOPNOTSUPP, ENOSYS, EINVAL).
+    """
+    f = open(path, "a+")  # held open as long as the lock
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        other = f.read().strip()
+        f.close()
+        return None, other
+    except OSError:
+        f.close()
+        raise
+    f.seek(0)
+    f.truncate()
+    f.write(holder + "\n")
+    f.flush()
+    return f, ""
+
+
+def unflock(f) -> None:
+    """Give up a lock taken by :func:`try_flock` (the file stays; it names the last holder)."""
+    fcntl.flock(f, fcntl.LOCK_UN)
+    f.close()
+
+
 class RunLock:
     """The lock of one run directory, held from :meth:`acquire` to :meth:`release` (or the
     holder's death)."""
@@ -53,32 +88,22 @@ class RunLock:
         if self._file is not None:
             return True
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")  # held open as long as the lock
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "its host and pid not yet written"
-            f.close()
-            raise RunDirectoryBusy(f"{self.run_dir} is the run directory of a live run ({holder}); stop it "
-                                   f"first, or give this run another hydra.run.dir") from None
+            self._file, holder = try_flock(self.path, f"host {socket.gethostname()}, pid {os.getpid()}")
         except OSError as exc:
-            f.close()
             if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 log.warning("%s: this filesystem does not offer file locks (%s); a second run started into "
                             "this directory would not be refused", self.run_dir, exc.strerror)
                 return False
             raise
-        f.seek(0)
-        f.truncate()
-        f.write(f"host {socket.gethostname()}, pid {os.getpid()}\n")
-        f.flush()
-        self._file = f
+        if self._file is None:
+            raise RunDirectoryBusy(f"{self.run_dir} is the run directory of a live run "
+                                   f"({holder or 'its host and pid not yet written'}); stop it first, or give this "
+                                   f"run another hydra.run.dir")
         return True
 
     def release(self) -> None:
         """Give the lock up (the file stays; its content names the last holder)."""
         if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
+            unflock(self._file)
             self._file = None

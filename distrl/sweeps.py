@@ -18,7 +18,6 @@ jobs that were still waiting see the mark and do not start. ``distrl`` then exit
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import multiprocessing
 import os
@@ -31,6 +30,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from distrl.host import available_memory, core_share, cpu_count
+from distrl.runlock import try_flock, unflock
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,7 @@ class CoreShare:
             self.watcher = None
         if self._file is not None:
             os.sched_setaffinity(0, self._before)
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
+            unflock(self._file)
             self._file = None
 
 
@@ -110,17 +109,10 @@ def claim_share(sweep_dir: str | os.PathLike, jobs: int) -> CoreShare:
     folder = Path(sweep_dir) / SHARES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     for index in range(jobs):
-        f = open(folder / f"{index}.lock", "a+")  # held open as long as the claim
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            continue
         cores = core_share(allowed, index, jobs)
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()}, cores {','.join(map(str, cores))}\n")
-        f.flush()
+        f, _ = try_flock(folder / f"{index}.lock", f"pid {os.getpid()}, cores {','.join(map(str, cores))}")
+        if f is None:  # another running job's
+            continue
         before = os.sched_getaffinity(0)
         os.sched_setaffinity(0, cores)
         return CoreShare(index, cores, f, before)
@@ -227,22 +219,16 @@ def check_sweep(config: DictConfig) -> str | None:
 
 
 def _job_gib(config: DictConfig, cores: int) -> float:
-    """A job's memory, roughly: its rollout storage plus :data:`PROCESS_GIB` per process, sized on
-    ``cores`` cores as ``auto`` would size it."""
-    from omegaconf import OmegaConf
+    """A job's memory, roughly: its rollout storage as ``auto`` sizes it on ``cores`` cores
+    (:func:`distrl.engine.placement.plan`, :meth:`RolloutLayout.nbytes`) plus :data:`PROCESS_GIB`
+    per process (its actors and trainer)."""
+    from distrl.engine.placement import plan
+    from distrl.engine.storage import RolloutLayout
+    from distrl.envs import env_spec
 
-    cfg = OmegaConf.to_container(config, resolve=False)
-    cfg.pop("hydra", None)
-    cfg = OmegaConf.create(cfg)
-    num_actors = int(cfg.num_actors) if cfg.num_actors != "auto" else max(1, cores // 2)
-    slots = (int(cfg.num_storages) if cfg.num_storages != "auto"
-             else 2 * num_actors * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners)
-    if cfg.env.kind == "atari":
-        frame_bytes = cfg.env.frame_stack * cfg.env.img_size ** 2
-    else:
-        frame_bytes = 4 * 1024  # vectors and small images: a few KiB
-    storage = slots * (cfg.num_steps + 1) * (frame_bytes + 64)
-    return storage / 2**30 + PROCESS_GIB * (num_actors + 1)
+    placement = plan(config, cores)
+    storage = RolloutLayout.for_run(config, env_spec(config.env)).nbytes(placement.num_storages)
+    return storage / 2**30 + PROCESS_GIB * (placement.num_actors + 1)
 
 
 def _running_jobs() -> list[int]:

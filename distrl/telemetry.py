@@ -122,6 +122,21 @@ class WandbSink:
 
     ID_FILE = "wandb_run_id"
 
+    @classmethod
+    def start(cls, run_dir: str | Path, cfg) -> WandbSink | None:
+        """With ``logger=wandb`` in the train config ``cfg``, the W&B run of ``run_dir``; None
+        otherwise, or when W&B cannot start (warned: metrics never end a run)."""
+        if cfg.logger.name != "wandb":
+            return None
+        from omegaconf import OmegaConf
+
+        try:
+            return cls(run_dir, cfg.logger, OmegaConf.to_container(cfg, resolve=True))
+        except Exception as exc:
+            log.warning("logger=wandb: W&B did not start (%s: %s); TensorBoard and metrics.jsonl only",
+                        type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            return None
+
     def __init__(self, run_dir: str | Path, settings, config: dict):
         import wandb
 
@@ -138,6 +153,7 @@ class WandbSink:
         log.info("W&B run %s (%s)", run_id, self.run.settings.mode)
 
     def log(self, scalars: dict[str, float], agent_steps: int, frames: int) -> None:
+        """``scalars`` (name -> value, the TensorBoard tags) at ``agent_steps`` (and ``frames``)."""
         self.run.log({**scalars, "agent_steps": agent_steps, "frames": frames})
 
     def close(self) -> None:

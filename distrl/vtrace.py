@@ -87,9 +87,38 @@ def vtrace_from_logits(
     discount: float,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
-    log_rhos: torch.Tensor | None = None,
 ) -> VTraceReturns:
-    """V-trace targets from policy logits, with episode ends handled.
+    """V-trace targets from policy logits, with episode ends handled (:func:`vtrace_with_episode_ends`
+    with ``log_rhos = log pi(a) - log mu(a)``).
+
+    Args:
+        behaviour_logits: ``[T, B, A]`` logits of the behaviour policy mu (actor).
+        target_logits: ``[T, B, A]`` logits of the target policy pi (learner).
+        actions: ``[T, B]`` int64 actions taken.
+        The others: as :func:`vtrace_with_episode_ends`.
+
+    Returns:
+        ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
+    """
+    log_rhos = action_log_probs(target_logits, actions) - action_log_probs(behaviour_logits, actions)
+    return vtrace_with_episode_ends(log_rhos, rewards, terminated, truncated, values, bootstrap_value,
+                                    truncation_values, discount, rho_bar, c_bar)
+
+
+def vtrace_with_episode_ends(
+    log_rhos: torch.Tensor,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    truncation_values: torch.Tensor,
+    discount: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+) -> VTraceReturns:
+    """V-trace targets (Espeholt et al. 2018, Section 4.1) from the log importance weights, with
+    episode ends handled.
 
     A ``terminated`` step cuts the discount to 0. A ``truncated`` step (time
     limit) also stops the recursion at the reset, but first bootstraps from
@@ -98,9 +127,8 @@ def vtrace_from_logits(
     the time limit is not mistaken for a terminal state.
 
     Args:
-        behaviour_logits: ``[T, B, A]`` logits of the behaviour policy mu (actor).
-        target_logits: ``[T, B, A]`` logits of the target policy pi (learner).
-        actions: ``[T, B]`` int64 actions taken.
+        log_rhos: ``[T, B]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)`` (target minus behaviour policy);
+            one tensor serves every return computed over the same batch (the learner's two heads).
         rewards: ``[T, B]`` rewards (clipped by the caller if wanted).
         terminated: ``[T, B]`` bool, the step ended the episode in a terminal state.
         truncated: ``[T, B]`` bool, the step ended the episode by a time limit.
@@ -110,14 +138,10 @@ def vtrace_from_logits(
             (ignored elsewhere).
         discount: gamma in [0, 1].
         rho_bar, c_bar: truncation levels of the importance weights.
-        log_rhos: ``[T, B]`` ``log pi(a) - log mu(a)`` if the caller has them already (a second
-            return over the same batch); None: computed here from the logits.
 
     Returns:
         ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
     """
-    if log_rhos is None:
-        log_rhos = action_log_probs(target_logits, actions) - action_log_probs(behaviour_logits, actions)
     ended = terminated | truncated
     bootstrap_at_limit = (truncated & ~terminated).float()
     rewards = rewards + discount * bootstrap_at_limit * truncation_values

@@ -222,22 +222,22 @@ class Learner:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         actions = batch["action"][STEPS]
         behaviour_logits = batch["policy_logits"][STEPS]
+        # the importance weights, once for both returns
         log_rhos = vtrace.action_log_probs(logits, actions) - vtrace.action_log_probs(behaviour_logits, actions)
-        extrinsic = vtrace.vtrace_from_logits(
-            behaviour_logits=behaviour_logits, target_logits=logits, actions=actions, log_rhos=log_rhos,
-            rewards=rewards, terminated=batch["terminated"][STEPS], truncated=batch["truncated"][STEPS],
-            values=baseline, bootstrap_value=values[BOOTSTRAP], truncation_values=batch["truncation_value"][STEPS],
+        extrinsic = vtrace.vtrace_with_episode_ends(
+            log_rhos=log_rhos, rewards=rewards, terminated=batch["terminated"][STEPS],
+            truncated=batch["truncated"][STEPS], values=baseline, bootstrap_value=values[BOOTSTRAP],
+            truncation_values=batch["truncation_value"][STEPS],
             discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
         )
         advantages, errors = extrinsic.pg_advantages, [extrinsic.vs - baseline]
         if two_heads:
             never = torch.zeros_like(actions, dtype=torch.bool)
             intrinsic_baseline = intrinsic_values[STEPS]
-            intrinsic = vtrace.vtrace_from_logits(
-                behaviour_logits=behaviour_logits, target_logits=logits, actions=actions, log_rhos=log_rhos,
-                rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)), terminated=never, truncated=never,
-                values=intrinsic_baseline, bootstrap_value=intrinsic_values[BOOTSTRAP],
-                truncation_values=torch.zeros_like(intrinsic_baseline),
+            intrinsic = vtrace.vtrace_with_episode_ends(
+                log_rhos=log_rhos, rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)),
+                terminated=never, truncated=never, values=intrinsic_baseline,
+                bootstrap_value=intrinsic_values[BOOTSTRAP], truncation_values=torch.zeros_like(intrinsic_baseline),
                 discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
             )
             advantages = advantages + intrinsic_coef * intrinsic.pg_advantages

@@ -53,9 +53,10 @@ class Placement:
         return self.num_actors * self.envs_per_actor
 
 
-def plan(cfg: DictConfig) -> Placement:
+def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     """Resolve ``device``, ``num_actors``, ``num_storages``, ``learner_threads``, ``env.async_step``
-    and ``pin_actors`` of a composed train config.
+    and ``pin_actors`` of a composed train config, for this process's cores (or the first ``cores``
+    of them: how a sweep job on its share of the machine will be sized).
 
     - ``device``: ``cuda`` under ``torchrun`` is ``cuda:LOCAL_RANK``; the cores are this rank's share
       (:func:`distrl.distributed.take_core_share` restricts the process before this runs).
@@ -79,7 +80,7 @@ def plan(cfg: DictConfig) -> Placement:
     device = resolve_device(cfg.device)
     if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one rank per GPU
-    cores = cpu_count()
+    cores = cpu_count() if cores is None else cores
     if cfg.num_actors != "auto":
         num_actors = int(cfg.num_actors)
     else:
@@ -99,7 +100,7 @@ def plan(cfg: DictConfig) -> Placement:
     if pin is False or (pin == "auto" and async_step) or not hasattr(os, "sched_setaffinity"):
         actor_cores: tuple = (None,) * num_actors
     else:
-        allowed = sorted(os.sched_getaffinity(0))
+        allowed = sorted(os.sched_getaffinity(0))[:cores]
         width = 2 if async_step else 1
         actor_cores = tuple(
             tuple(sorted({allowed[(width * i + k) % len(allowed)] for k in range(width)})) for i in range(num_actors)

@@ -155,18 +155,6 @@ class DistributedTrainer:
         position = self.position
         return {"agent_steps": position.agent_steps, "updates": position.updates, **self._run_state().as_dict()}
 
-    def _wandb_sink(self) -> WandbSink | None:
-        """With ``logger=wandb``, the W&B run of this run directory; None otherwise, or when W&B
-        cannot start (warned: metrics never end a run)."""
-        if self.cfg.logger.name != "wandb":
-            return None
-        try:
-            return WandbSink(self.run_dir, self.cfg.logger, OmegaConf.to_container(self.cfg, resolve=True))
-        except Exception as exc:
-            log.warning("logger=wandb: W&B did not start (%s: %s); TensorBoard and metrics.jsonl only",
-                        type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-            return None
-
     def _run_state(self) -> RunState:
         return RunState(self.evals.last, self.saves.last, self.best_eval_return)
 
@@ -354,7 +342,7 @@ class DistributedTrainer:
         hparams["distributed.world_size"] = self.ranks.world_size
         self.telemetry = Telemetry(
             self.run_dir, train.num_train_steps, self.position.agent_steps, self.spec.frameskip,
-            hparams=hparams, progress=self.progress, wandb=self._wandb_sink(),
+            hparams=hparams, progress=self.progress, wandb=WandbSink.start(self.run_dir, cfg),
         ) if self.ranks.is_main else NullTelemetry()
         self.channels = Channels.create(storage, mp_context, p.num_actors, self.position.policy_version)
         self.actor_logs = logs.ActorLogWriter(self.channels.log_queue, self.run_dir / "actors.log")
@@ -374,13 +362,10 @@ class DistributedTrainer:
                                cfg.distributed.check_interval)
             self._schedule()
             outcome = "done"
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit) as stop:  # SystemExit: e.g. submitit's, at a SLURM time limit
             outcome = "interrupted"
-            log.warning("interrupted: stopping actors and learners")
-            raise
-        except SystemExit:  # e.g. submitit's handler of a SLURM time limit, after it requeued the job
-            outcome = "interrupted"
-            log.warning("exit requested: stopping actors and learners")
+            log.warning("%s: stopping actors and learners",
+                        "interrupted" if isinstance(stop, KeyboardInterrupt) else "exit requested")
             raise
         except ActorFailure:
             outcome = "stopped after actor failures"
