@@ -242,6 +242,8 @@ class Learner:
             )
             advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
             errors.append(intrinsic.vs - intrinsic_baseline)
+        if agent.normalize_advantages:
+            advantages = vtrace.standardise(advantages)
         return advantages, errors
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
