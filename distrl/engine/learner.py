@@ -98,6 +98,7 @@ class Learner:
         self.optimizer = optimizer
         self.schedule = schedule
         self.agent = agent
+        self.normalize_advantages = bool(agent.normalize_advantages)
         self.device = device
         self.network = torch.compile(policy.learner) if compile else policy.learner
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
@@ -243,7 +244,7 @@ class Learner:
             )
             advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
             errors.append(intrinsic.vs - intrinsic_baseline)
-        if agent.normalize_advantages:
+        if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
         return advantages, errors
 
