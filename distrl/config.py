@@ -72,6 +72,7 @@ class AgentConfig:
     c_bar: float = MISSING
     max_grad_norm: float = MISSING
     num_epochs: int = MISSING  # optimizer steps on each batch
+    normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each batch
 
 
 @dataclass

@@ -167,6 +167,14 @@ def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages
     return -(action_log_probs(logits, actions) * advantages.detach()).mean()
 
 
+def standardise(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """The advantages shifted and scaled to mean 0 and standard deviation 1 over all their elements
+    (``[T, B]`` -> ``[T, B]``), as PPO's implementations do per minibatch (OpenAI Baselines' ppo2,
+    CleanRL's ``norm_adv``; not in IMPALA): the policy gradient's scale then no longer depends on
+    the game's reward density. ``eps`` keeps a batch of equal advantages finite (they become 0)."""
+    return (advantages - advantages.mean()) / (advantages.std(correction=0) + eps)
+
+
 def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
     """``0.5 * mean_t,b (v_s - V(x_s))^2`` (IMPALA Section 4.2, averaged); ``[T, B]`` -> scalar."""
     return 0.5 * (advantages**2).mean()

@@ -103,6 +103,37 @@ def test_a_termination_cuts_the_return_and_a_truncation_bootstraps_from_its_stor
     assert learner.update(batch)["value"] == pytest.approx(expected, rel=1e-5)
 
 
+def test_normalize_advantages_standardises_the_policy_gradients_advantages_over_the_batch():
+    """On-policy, the advantage of step t is ``r_t + gamma vs_{t+1} - V(x_t)``; with
+    ``agent.normalize_advantages`` the policy loss uses them shifted and scaled to mean 0 and
+    standard deviation 1 over the T x B steps, and nothing else of the loss changes."""
+    losses = {}
+    for normalize in (False, True):
+        cfg = compose_train(["experiment=cartpole", f"agent.discount={GAMMA}",
+                             f"agent.normalize_advantages={normalize}"])
+        torch.manual_seed(0)
+        policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+        policy.freeze()
+        batch = on_policy_batch(policy)
+        with torch.no_grad():
+            logits, values, _ = policy.learner(batch["obs"], batch["first"])
+        advantages = torch.zeros(T, B)
+        for b in range(B):
+            vs_next = values[T, b].item()
+            for t in reversed(range(T)):
+                q = batch["reward"][t, b].item() + GAMMA * vs_next
+                advantages[t, b] = q - values[t, b].item()
+                vs_next = q
+        if normalize:
+            advantages = (advantages - advantages.mean()) / advantages.std(correction=0)
+        log_probs = torch.log_softmax(logits[:T], -1).gather(-1, batch["action"][:T, :, None]).squeeze(-1)
+        expected = -(log_probs * advantages).mean().item()
+        losses[normalize] = learner_for(cfg, policy).update(batch)
+        assert losses[normalize]["policy"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert losses[True]["policy"] != pytest.approx(losses[False]["policy"], rel=1e-2)
+    assert losses[True]["value"] == pytest.approx(losses[False]["value"], rel=1e-6)
+
+
 def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
     W, N = 5 * T * B, 20 * T * B  # warm-up over 5 updates, budget of 20 updates
     cfg = compose_train(["experiment=cartpole", f"agent.lr_warmup_steps={W}"])

@@ -4,7 +4,8 @@ five files of :mod:`distrl.engine`).
 A learner thread loops over :func:`get_batch` (B full slots copied into a ``[T+1, B]`` batch, the
 slots freed) and :meth:`Learner.update` (the V-trace loss, an optimizer step, the new weights
 published into the actors' copy). The loss is IMPALA's (Espeholt et al. 2018, Section 4.2): policy
-gradient with V-trace advantages, ``baseline_cost`` x the squared error to the V-trace targets
+gradient with V-trace advantages (standardised over the batch with ``agent.normalize_advantages``,
+as PPO's implementations do), ``baseline_cost`` x the squared error to the V-trace targets
 ``vs``, and ``entropy_cost`` x the negative entropy, each averaged over the ``T x B`` steps of the
 batch (IMPALA sums them; :mod:`distrl.vtrace` says why distrl averages). Rewards are clipped to
 ``[-reward_clip, reward_clip]`` in the loss only. With an intrinsic reward (:mod:`distrl.intrinsic`)
@@ -97,6 +98,7 @@ class Learner:
         self.optimizer = optimizer
         self.schedule = schedule
         self.agent = agent
+        self.normalize_advantages = bool(agent.normalize_advantages)
         self.device = device
         self.network = torch.compile(policy.learner) if compile else policy.learner
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
@@ -242,6 +244,8 @@ class Learner:
             )
             advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
             errors.append(intrinsic.vs - intrinsic_baseline)
+        if self.normalize_advantages:
+            advantages = vtrace.standardise(advantages)
         return advantages, errors
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
