@@ -51,23 +51,31 @@ def on_policy_batch(policy, seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-def expected_value_loss(policy, batch, column_ends: dict[int, tuple[int, str]] | None = None) -> float:
-    """0.5 x mean over the T x B steps of (vs_t - V(obs_t))^2, vs written out row by row."""
+def hand_targets(policy, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values [T+1, B], vs [T, B])``: the network's values and the on-policy V-trace targets
+    written out row by row, ``vs_t = r_t + gamma vs_{t+1}`` from ``V(obs_T)``, ``r_t`` after a
+    termination, ``r_t + gamma truncation_value_t`` after a truncation."""
     with torch.no_grad():
         _, values, _ = policy.learner(batch["obs"], batch["first"])
-    total = 0.0
+    vs = torch.zeros(T, B)
     for b in range(B):
-        vs = values[T, b].item()  # bootstrap: the value of row T's observation
+        target = values[T, b].item()  # bootstrap: the value of row T's observation
         for t in reversed(range(T)):
             r = batch["reward"][t, b].item()
             if batch["terminated"][t, b]:
-                vs = r
+                target = r
             elif batch["truncated"][t, b]:
-                vs = r + GAMMA * batch["truncation_value"][t, b].item()
+                target = r + GAMMA * batch["truncation_value"][t, b].item()
             else:
-                vs = r + GAMMA * vs
-            total += 0.5 * (vs - values[t, b].item()) ** 2
-    return total / (T * B)
+                target = r + GAMMA * target
+            vs[t, b] = target
+    return values, vs
+
+
+def expected_value_loss(policy, batch) -> float:
+    """0.5 x mean over the T x B steps of (vs_t - V(obs_t))^2, vs from :func:`hand_targets`."""
+    values, vs = hand_targets(policy, batch)
+    return (0.5 * (vs - values[:T]) ** 2).mean().item()
 
 
 def test_the_value_target_is_the_n_step_return_bootstrapped_from_row_T():
@@ -116,14 +124,9 @@ def test_normalize_advantages_standardises_the_policy_gradients_advantages_over_
         policy.freeze()
         batch = on_policy_batch(policy)
         with torch.no_grad():
-            logits, values, _ = policy.learner(batch["obs"], batch["first"])
-        advantages = torch.zeros(T, B)
-        for b in range(B):
-            vs_next = values[T, b].item()
-            for t in reversed(range(T)):
-                q = batch["reward"][t, b].item() + GAMMA * vs_next
-                advantages[t, b] = q - values[t, b].item()
-                vs_next = q
+            logits, _, _ = policy.learner(batch["obs"], batch["first"])
+        values, vs = hand_targets(policy, batch)
+        advantages = batch["reward"][:T] + GAMMA * torch.cat([vs[1:], values[T:]]) - values[:T]
         if normalize:
             advantages = (advantages - advantages.mean()) / advantages.std(correction=0)
         log_probs = torch.log_softmax(logits[:T], -1).gather(-1, batch["action"][:T, :, None]).squeeze(-1)
