@@ -4,6 +4,7 @@ slots come back and it is restarted with fresh seeds, until the budget is spent.
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -96,3 +97,33 @@ def test_a_learner_error_is_raised_by_check():
     with pytest.raises(LearnerFailure, match="learner raised ValueError: the batch was empty"):
         w.check()
     finish(w)
+
+
+def _last_collective(stop, seconds: float, outcome: list) -> None:
+    """A learner thread in its last collective after the budget: the other rank answers after
+    ``seconds``; like Ranks._wait it gives up as soon as ``stop`` is set."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if stop.is_set():
+            outcome.append("abandoned")
+            return
+        time.sleep(0.01)
+    outcome.append("finished")
+
+
+@pytest.mark.parametrize("learners_finish, expected", [(30.0, "finished"), (0.0, "abandoned")])
+def test_a_finished_run_lets_the_learners_end_their_last_collective(learners_finish, expected):
+    # A rank that stopped its learner in the middle of the last collective left the other rank's
+    # half done, and gloo aborted that process (SIGABRT) when this one closed its connections.
+    w, _ = workers(_sleeps, max_restarts=1)
+    outcome: list[str] = []
+    thread = threading.Thread(target=_last_collective, args=(w.learner_stop, 0.5, outcome))
+    thread.start()
+    w.learner_threads.append(thread)
+    started = time.monotonic()
+    for process in w.actors:
+        process.kill()
+    w.stop(learners_finish=learners_finish)
+    w.close()
+    assert outcome == [expected]
+    assert time.monotonic() - started < 10  # the wait ends when the thread does, not at learners_finish

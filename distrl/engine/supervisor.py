@@ -173,13 +173,22 @@ class Workers:
             lines.append(f"{thread.name}: {'alive' if thread.is_alive() else 'stopped'}, {what}")
         return lines
 
-    def stop(self) -> list[int]:
+    def stop(self, learners_finish: float = 0.0) -> list[int]:
         """Stop the learners, then the actors (terminated if they do not stop in time), and account
         for the slots.
+
+        Args:
+            learners_finish: seconds the learner threads get to end by themselves first (after a
+                consumed budget, where every rank's learners do their last collectives together: a
+                rank that stopped its learner in the middle of one would leave the others' half done,
+                and gloo aborts a process whose peer closes a connection under a collective).
 
         Returns:
             Every slot index found free afterwards, sorted (each exactly once when none was lost).
         """
+        deadline = time.monotonic() + learners_finish
+        for thread in self.learner_threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self.channels.stop_event.set()
         self.learner_stop.set()
         for thread in self.learner_threads:

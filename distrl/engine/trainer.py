@@ -511,7 +511,9 @@ class DistributedTrainer:
         # a second Ctrl-C or SIGTERM is logged and must not skip the checkpoint
         with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
             self.evaluations.stop()
-            self.free_indices = self.workers.stop()
+            # a consumed budget: the learners end by themselves, after their last collectives
+            finish = self.ranks.timeout if outcome == "done" and self.ranks.enabled else 0.0
+            self.free_indices = self.workers.stop(learners_finish=finish)
             self.actor_logs.stop()
             # the other ranks' episodes of the learners' last exchange
             self._log_episodes(list(self.ranks.incoming), self.position.agent_steps, deque())
