@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -52,6 +53,9 @@ class Ranks:
         device: the device of the tensors the collectives move (``cuda:LOCAL_RANK`` with nccl).
         outgoing: this rank's finished episodes ``(return, length)`` not yet sent to rank 0.
         incoming: on rank 0, the other ranks' episodes received, for its logs.
+        stop_requested: set by this rank's trainer (Ctrl-C, SIGTERM): the ranks are to stop together.
+        group_stopped: set on every rank at the same update, by the episode exchange that found a
+            rank's ``stop_requested`` set; ``stopped_by`` is the lowest such rank.
     """
 
     rank: int = 0
@@ -62,6 +66,9 @@ class Ranks:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where collectives' tensors live
     outgoing: deque = field(default_factory=deque)
     incoming: deque = field(default_factory=deque)
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    group_stopped: threading.Event = field(default_factory=threading.Event)
+    stopped_by: int | None = None
 
     @property
     def enabled(self) -> bool:
@@ -133,15 +140,22 @@ class Ranks:
 
     def exchange_episodes(self, stop=None) -> None:
         """Send this rank's finished episodes to rank 0 (every rank calls it at the same update):
-        two tensor all-gathers (the counts, then the padded ``(return, length)`` pairs)."""
+        two tensor all-gathers (the counts with the stop requests, then the padded ``(return,
+        length)`` pairs). A rank's :attr:`stop_requested` sets :attr:`group_stopped` on every rank
+        here, so that all of them stop after the same update, none in the middle of a collective."""
         import torch.distributed as dist
 
         mine = []
         while self.outgoing:
             mine.append(self.outgoing.popleft())
-        count = torch.tensor([len(mine)], dtype=torch.int64, device=self.device)
+        count = torch.tensor([len(mine), int(self.stop_requested.is_set())], dtype=torch.int64, device=self.device)
         counts = [torch.zeros_like(count) for _ in range(self.world_size)]
         self._wait(dist.all_gather(counts, count, async_op=True), stop)
+        asking = [rank for rank, c in enumerate(counts) if int(c[1])]
+        if asking and not self.group_stopped.is_set():
+            self.stopped_by = asking[0]
+            self.group_stopped.set()
+        counts = [c[0] for c in counts]
         most = max(int(c) for c in counts)
         if most == 0:
             return
@@ -236,18 +250,33 @@ def shutdown(ranks: Ranks) -> None:
 
 def launch(nproc: int, argv: list[str], max_restarts: int = 0) -> int:
     """Start ``nproc`` ranks of ``python -m distrl train ARGV`` on this machine through torch's elastic
-    launcher (a c10d rendezvous on a free port, never a fixed one). Returns the exit code: 0, or 1
-    naming the rank that failed first."""
+    launcher (a c10d rendezvous on a free port, never a fixed one). Returns the exit code: 0; 130 or 143
+    when a rank alone got SIGINT or SIGTERM (the ranks stop together); or 1 naming the rank that
+    failed first.
+
+    Raises:
+        KeyboardInterrupt, distrl.cli.Terminated: SIGINT or SIGTERM reached this process; the
+            launcher passed it on to the ranks (which stop together and save) and waited for them.
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from distrl.cli import Terminated
 
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,
                           monitor_interval=0.5, start_method="spawn")
     try:
         elastic_launch(config, entrypoint=sys.executable)("-m", "distrl", "train", *argv)
+    except SignalException as exc:  # the launcher passed the signal on to the ranks and waited for them
+        raise (Terminated() if exc.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
+        if failure.exitcode in (130, 143):  # a signal to one rank: the others stopped with it (and saved)
+            print(f"distrl train: rank {rank} was {'interrupted' if failure.exitcode == 130 else 'terminated'}; "
+                  f"the ranks stopped together", file=sys.stderr)
+            return failure.exitcode
         print(f"distrl train: error: rank {rank} failed (exit code {failure.exitcode}); its own lines above "
               f"say why", file=sys.stderr)
         return 1

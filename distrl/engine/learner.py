@@ -324,7 +324,9 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
     ``errors`` and sets ``stop``; ``max_nonfinite_updates`` skipped updates in a row raise
     :class:`NonFiniteError` that way. With several ranks (``learner.ranks``) the update count is the
     same on every rank, the weights are compared across ranks every ``check_interval`` updates and
-    finished episodes go to rank 0 every ``exchange_interval`` updates.
+    finished episodes go to rank 0 every ``exchange_interval`` updates; that exchange also carries
+    the ranks' stop requests (:attr:`Ranks.stop_requested`), and after one every rank's thread
+    returns at the same update, as at the end of the budget.
     """
     ranks = learner.ranks
     name = threading.current_thread().name
@@ -349,6 +351,10 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
                 updates = learner.updates
                 _exchange(learner, stop, episodes=updates % exchange_interval == 0,
                           check=updates % check_interval == 0)
+                if ranks.group_stopped.is_set():  # a rank was stopped: every rank is here at the same update
+                    stats.activity[name] = f"done: rank {ranks.stopped_by} stopped the ranks"
+                    _exchange(learner, stop, check=True)
+                    return
             nonfinite_in_a_row = 0 if losses["finite"] else nonfinite_in_a_row + 1
             if nonfinite_in_a_row:
                 _skipped(learner, stats, losses, nonfinite_in_a_row, max_nonfinite_updates)

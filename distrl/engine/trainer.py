@@ -403,6 +403,9 @@ class DistributedTrainer:
             self.telemetry.progress(steps, meter.add(steps), recent_returns[-1] if recent_returns else None)
             if done:
                 break
+            if self.ranks.group_stopped.is_set() and not self.ranks.stop_requested.is_set():
+                log.warning("rank %s was stopped: this rank stops with it", self.ranks.stopped_by)
+                raise KeyboardInterrupt
         finished = self.evaluations.finished(wait=True)
         if finished:
             self._log_eval(*finished)
@@ -511,8 +514,13 @@ class DistributedTrainer:
         # a second Ctrl-C or SIGTERM is logged and must not skip the checkpoint
         with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
             self.evaluations.stop()
-            # a consumed budget: the learners end by themselves, after their last collectives
-            finish = self.ranks.timeout if outcome == "done" and self.ranks.enabled else 0.0
+            finish = 0.0
+            if self.ranks.enabled and outcome in ("done", "interrupted"):
+                # The ranks' learners stop together, after the same update and their last collectives
+                # (a rank that left one half done would make gloo abort the others): at the end of the
+                # budget by themselves, after an interrupt at the next episode exchange.
+                self.ranks.stop_requested.set()
+                finish = self.ranks.timeout
             self.free_indices = self.workers.stop(learners_finish=finish)
             self.actor_logs.stop()
             # the other ranks' episodes of the learners' last exchange
