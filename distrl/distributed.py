@@ -274,7 +274,7 @@ def launch(nproc: int, argv: list[str], max_restarts: int = 0) -> int:
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         if failure.exitcode in (130, 143):  # a signal to one rank: the others stopped with it (and saved)
-            print(f"distrl train: rank {rank} was {'interrupted' if failure.exitcode == 130 else 'terminated'}; "
+            print(f"distrl train: a rank was {'interrupted' if failure.exitcode == 130 else 'terminated'}; "
                   f"the ranks stopped together", file=sys.stderr)
             return failure.exitcode
         print(f"distrl train: error: rank {rank} failed (exit code {failure.exitcode}); its own lines above "
