@@ -11,7 +11,9 @@ learning-rate schedule and every interval mean the same as on one rank with a ba
 evaluations; the other ranks' finished episodes reach it through the learners' collectives.
 
 Collectives run in the learner threads only, in lockstep (one gradient all-reduce per update), so
-the ranks' schedule loops never have to agree on timing.
+the ranks' schedule loops never have to agree on timing. The ranks also stop in lockstep: at the
+end of the budget, or after a signal to any of them (its request travels with the episode
+exchange), every learner returns after the same update, none in the middle of a collective.
 """
 
 from __future__ import annotations

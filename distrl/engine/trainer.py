@@ -334,6 +334,8 @@ class DistributedTrainer:
     def _run(self) -> None:
         cfg, p, train = self.cfg, self.placement, self.cfg.train
         SHUTTING_DOWN.clear()
+        self.ranks.stop_requested.clear()  # an earlier train() of this trainer may have stopped the ranks
+        self.ranks.group_stopped.clear()
         self._announce()
         mp_context = mp.get_context("spawn")
         storage = RolloutStorage(RolloutLayout.for_run(cfg, self.spec), self.num_storages, mp_context)
@@ -519,7 +521,8 @@ class DistributedTrainer:
                 # The ranks' learners stop together, after the same update and their last collectives
                 # (a rank that left one half done would make gloo abort the others): at the end of the
                 # budget by themselves, after an interrupt at the next episode exchange.
-                self.ranks.stop_requested.set()
+                if outcome == "interrupted":
+                    self.ranks.stop_requested.set()
                 finish = self.ranks.timeout
             self.free_indices = self.workers.stop(learners_finish=finish)
             self.actor_logs.stop()
