@@ -65,7 +65,7 @@ def _train(cfg: DictConfig) -> float | None:
         _launch_ranks(cfg, run_dir)
         return
 
-    from distrl.engine.trainer import ActorFailure, DistributedTrainer, Stalled, TrainingError
+    from distrl.engine.trainer import ActorFailure, DistributedTrainer, RankLost, Stalled, TrainingError
 
     ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
     if ranks.enabled:
@@ -86,8 +86,9 @@ def _train(cfg: DictConfig) -> float | None:
     signal.signal(signal.SIGUSR1, lambda signum, frame: trainer.request_save())
     try:
         trainer.train()
-    except (ActorFailure, Stalled) as exc:
-        fail("train", f"{exc}; a checkpoint was saved in {run_dir}/checkpoints", code=1)
+    except (ActorFailure, Stalled, RankLost) as exc:
+        saved = f"a checkpoint was saved in {run_dir}/checkpoints" if ranks.is_main else "rank 0 saves the checkpoint"
+        fail("train", f"{exc}; {saved}", code=1)
     except TrainingError as exc:
         fail("train", str(exc), code=1)
     finally:

@@ -89,10 +89,10 @@ def _rank_process(proc: DistrlProcess, rank: int):
 
 @pytest.mark.long
 def test_a_lost_rank_stops_the_others_and_a_restart_resumes(tmp_path):
-    # without restarts: the other rank is stopped and the command names the rank
+    # without restarts: the other rank is stopped, saves, and the command names the rank
     run_dir = tmp_path / "run"
-    proc = DistrlProcess(["train", *CARTPOLE, "train.num_train_steps=10000000", "distributed.nproc_per_node=2",
-                          f"hydra.run.dir={run_dir}"])
+    proc = DistrlProcess(["train", *CARTPOLE, "train.num_train_steps=10000000", "train.save_interval=100000000",
+                          "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"])
     assert proc.wait_for(lambda: (run_dir / "metrics.jsonl").exists()
                          and "losses/total" in (run_dir / "metrics.jsonl").read_text(), timeout=120)
     victim = _rank_process(proc, 1)
@@ -103,6 +103,11 @@ def test_a_lost_rank_stops_the_others_and_a_restart_resumes(tmp_path):
     assert time.monotonic() - killed_at < 60
     assert done.returncode == 1
     assert "rank 1 failed" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
+    assert "a collective failed (another rank died or stopped)" in done.stderr
+    assert f"a checkpoint was saved in {run_dir}/checkpoints" in done.stderr
+    assert "training stopped after a lost rank at" in (run_dir / "train.log").read_text()
+    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")  # rank 0's weights, intact
+    assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 > 0
     assert done.alive_children() == []
 
     # with distributed.max_restarts=1: the group starts again and continues from latest.pt

@@ -10,11 +10,12 @@ import time
 import pytest
 import torch
 
+from distrl.distributed import CollectiveFailed
 from distrl.engine.actor import ActorContext
 from distrl.engine.learner import LearnerStats
 from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutLayout, RolloutStorage
-from distrl.engine.supervisor import ActorFailure, LearnerFailure, Workers
+from distrl.engine.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
 
@@ -96,6 +97,15 @@ def test_a_learner_error_is_raised_by_check():
     w.learner_errors.append(ValueError("the batch was empty"))
     with pytest.raises(LearnerFailure, match="learner raised ValueError: the batch was empty"):
         w.check()
+    finish(w)
+
+
+def test_a_failed_collective_is_a_lost_rank_whose_weights_are_saved():
+    w, _ = workers(_sleeps, max_restarts=1)
+    w.learner_errors.append(CollectiveFailed("rank 0: the other ranks did not answer for 60 s"))
+    with pytest.raises(RankLost, match="rank 0: the other ranks did not answer") as lost:
+        w.check()
+    assert not isinstance(lost.value, LearnerFailure)  # the trainer saves after a lost rank, not after this
     finish(w)
 
 

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from distrl.distributed import CollectiveFailed
 from distrl.engine.actor import STOP_SIGNALS, ActorContext, run_actor
 from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
 from distrl.engine.shared import Channels
@@ -40,6 +41,12 @@ class Stalled(TrainingError):
 
 class LearnerFailure(TrainingError):
     """A learner thread raised; its update may be half-applied."""
+
+
+class RankLost(TrainingError):
+    """Another rank died, stopped or did not answer within ``distributed.timeout``. This rank's
+    weights and optimizer state are intact: a collective fails before the optimizer step it
+    feeds (with ``agent.num_epochs`` > 1, after the update's earlier epochs)."""
 
 
 class Workers:
@@ -118,7 +125,8 @@ class Workers:
         Raises:
             ActorFailure: an actor needed more than ``max_restarts`` restarts within
                 ``restart_window`` seconds; names it and its last cause.
-            LearnerFailure: with the learner's exception.
+            RankLost: the learner's collective with the other ranks failed.
+            LearnerFailure: with the learner's exception, any other.
         """
         for actor_id, trace in drain(self.channels.error_queue):
             self.causes[actor_id] = trace.strip().splitlines()[-1]
@@ -133,6 +141,8 @@ class Workers:
             self._restart(actor_id, cause)
         if self.learner_errors:
             exc = self.learner_errors[0]
+            if isinstance(exc, CollectiveFailed):
+                raise RankLost(str(exc)) from exc
             raise LearnerFailure(f"learner raised {type(exc).__name__}: {exc}") from exc
 
     def _restart(self, actor_id: int, cause: str) -> None:

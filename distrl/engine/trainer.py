@@ -36,7 +36,15 @@ from distrl.engine.learner import Learner, LearnerStats, make_optimizer
 from distrl.engine.schedule import Every, Position, Schedule, Throughput
 from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
-from distrl.engine.supervisor import ActorFailure, LearnerFailure, Stalled, TrainingError, Workers, handling_signals
+from distrl.engine.supervisor import (
+    ActorFailure,
+    LearnerFailure,
+    RankLost,
+    Stalled,
+    TrainingError,
+    Workers,
+    handling_signals,
+)
 from distrl.envs import env_seed, eval_seed
 from distrl.intrinsic import make_intrinsic, needs_value_head
 from distrl.policy import DistributedActorLearner
@@ -44,7 +52,7 @@ from distrl.runlock import RunLock
 from distrl.telemetry import NullTelemetry, Telemetry, WandbSink
 from distrl.validation import Validated, validate
 
-__all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "Stalled", "TrainingError"]
+__all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "RankLost", "Stalled", "TrainingError"]
 
 log = logging.getLogger(__name__)
 
@@ -285,9 +293,10 @@ class DistributedTrainer:
                 from the command line).
             TrainingError: actors died more often than ``train.max_actor_restarts`` allows
                 (:class:`ActorFailure`), no agent step was consumed for ``train.stall_timeout``
-                seconds (:class:`Stalled`), a learner raised (:class:`LearnerFailure`), or the final
-                checkpoint could not be written (the message says why). Workers are stopped first,
-                and a checkpoint saved except after a learner failure.
+                seconds (:class:`Stalled`), another rank was lost (:class:`RankLost`), a learner
+                raised (:class:`LearnerFailure`), or the final checkpoint could not be written (the
+                message says why). Workers are stopped first, and a checkpoint saved except after a
+                learner failure.
         """
         if self.ranks.is_main:
             self.run_lock.acquire()  # held since __init__, unless an earlier train() gave it up
@@ -374,6 +383,9 @@ class DistributedTrainer:
             raise
         except Stalled:
             outcome = "stalled"
+            raise
+        except RankLost:
+            outcome = "stopped after a lost rank"  # its weights are intact: rank 0 saves them
             raise
         finally:
             self._shutdown(outcome)
