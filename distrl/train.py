@@ -87,7 +87,7 @@ def _train(cfg: DictConfig) -> float | None:
     try:
         trainer.train()
     except (ActorFailure, Stalled, RankLost) as exc:
-        saved = f"a checkpoint was saved in {run_dir}/checkpoints" if ranks.is_main else "rank 0 saves the checkpoint"
+        saved = f"a checkpoint was saved in {run_dir}/checkpoints" if ranks.is_main else "checkpoints are rank 0's"
         fail("train", f"{exc}; {saved}", code=1)
     except TrainingError as exc:
         fail("train", str(exc), code=1)
