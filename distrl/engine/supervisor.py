@@ -188,10 +188,11 @@ class Workers:
         for the slots.
 
         Args:
-            learners_finish: seconds the learner threads get to end by themselves first (after a
-                consumed budget, where every rank's learners do their last collectives together: a
-                rank that stopped its learner in the middle of one would leave the others' half done,
-                and gloo aborts a process whose peer closes a connection under a collective).
+            learners_finish: seconds the learner threads get to end by themselves first, with the
+                actors still running (several ranks, after a consumed budget or a stop request: every
+                rank's learner makes its last collectives and returns at the same update; a rank
+                that stopped its learner in the middle of one would leave the others' half done, and
+                gloo aborts a process whose peer closes a connection under a collective).
 
         Returns:
             Every slot index found free afterwards, sorted (each exactly once when none was lost).
