@@ -140,6 +140,12 @@ class Ranks:
             raise RankMismatch("the ranks' weights differ (checksum per rank: "
                                + ", ".join(f"{r}: {s!r}" for r, s in enumerate(sums)) + ")")
 
+    def clear_stop(self) -> None:
+        """Forget an earlier run's stop request (a trainer may train again)."""
+        self.stop_requested.clear()
+        self.group_stopped.clear()
+        self.stopped_by = None
+
     def exchange_episodes(self, stop=None) -> None:
         """Send this rank's finished episodes to rank 0 (every rank calls it at the same update):
         two tensor all-gathers (the counts with the stop requests, then the padded ``(return,

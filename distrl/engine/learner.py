@@ -334,8 +334,10 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
     nonfinite_in_a_row = 0
     try:
         while not stop.is_set():
-            if learner.position.agent_steps >= learner.schedule.num_train_steps:
-                stats.activity[name] = "done: the budget is consumed"
+            consumed = learner.position.agent_steps >= learner.schedule.num_train_steps
+            if consumed or ranks.group_stopped.is_set():
+                stats.activity[name] = ("done: the budget is consumed" if consumed
+                                        else f"done: rank {ranks.stopped_by} stopped the ranks")
                 if ranks.enabled:  # every rank is here at the same update
                     _exchange(learner, stop, check=True)
                 return
@@ -351,10 +353,6 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
                 updates = learner.updates
                 _exchange(learner, stop, episodes=updates % exchange_interval == 0,
                           check=updates % check_interval == 0)
-                if ranks.group_stopped.is_set():  # a rank was stopped: every rank is here at the same update
-                    stats.activity[name] = f"done: rank {ranks.stopped_by} stopped the ranks"
-                    _exchange(learner, stop, check=True)
-                    return
             nonfinite_in_a_row = 0 if losses["finite"] else nonfinite_in_a_row + 1
             if nonfinite_in_a_row:
                 _skipped(learner, stats, losses, nonfinite_in_a_row, max_nonfinite_updates)

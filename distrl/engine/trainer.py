@@ -343,8 +343,7 @@ class DistributedTrainer:
     def _run(self) -> None:
         cfg, p, train = self.cfg, self.placement, self.cfg.train
         SHUTTING_DOWN.clear()
-        self.ranks.stop_requested.clear()  # an earlier train() of this trainer may have stopped the ranks
-        self.ranks.group_stopped.clear()
+        self.ranks.clear_stop()
         self._announce()
         mp_context = mp.get_context("spawn")
         storage = RolloutStorage(RolloutLayout.for_run(cfg, self.spec), self.num_storages, mp_context)
