@@ -53,7 +53,8 @@ class GymEnvConfig:
 
 @dataclass
 class AgentConfig:
-    """IMPALA hyperparameters; values in conf/agent/impala.yaml (how they were measured: docs/learning.md)."""
+    """The keys every agent has (:mod:`distrl.agents`); IMPALA's values in conf/agent/impala.yaml (how
+    they were measured: docs/learning.md)."""
 
     name: str = MISSING
     optimizer: str = MISSING  # rmsprop | adam
@@ -70,9 +71,22 @@ class AgentConfig:
     reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
     rho_bar: float = MISSING
     c_bar: float = MISSING
+    trace_lambda: float = MISSING  # V-trace's c_s = lambda min(c_bar, rho_s), in (0, 1]
     max_grad_norm: float = MISSING
-    num_epochs: int = MISSING  # optimizer steps on each batch
-    normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each batch
+    num_epochs: int = MISSING  # passes over each batch
+    num_minibatches: int = MISSING  # minibatches of whole unrolls each pass splits the batch into
+    normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each (mini)batch
+
+
+@dataclass
+class AppoConfig(AgentConfig):
+    """APPO (:mod:`distrl.agents.appo`): the keys of every agent and the clips; values in conf/agent/appo.yaml."""
+
+    clip: float = MISSING  # the policy ratio's clip, > 0
+    value_clip: float | None = MISSING  # the value's clip around the behaviour value; null: none
+
+
+AGENT_SCHEMAS = {"impala": AgentConfig, "appo": AppoConfig}
 
 
 @dataclass
@@ -136,7 +150,7 @@ class TrainConfig:
     """Top level of ``conf/train.yaml`` (which holds the values); names follow the seed API."""
 
     env: Any = MISSING
-    agent: AgentConfig = MISSING
+    agent: Any = MISSING  # conf/agent/: AGENT_SCHEMAS[name]
     model: ModelConfig = MISSING
     intrinsic: IntrinsicConfig = MISSING
     train: TrainBlock = MISSING
@@ -187,7 +201,8 @@ class EvalConfig:
 def _nested_schemas(cfg: DictConfig, schema: type) -> dict[str, type]:
     if schema is TrainConfig:
         env = AtariEnvConfig if cfg.get("env", {}).get("kind") == "atari" else GymEnvConfig
-        return {"env": env, "agent": AgentConfig, "model": ModelConfig, "intrinsic": IntrinsicConfig,
+        agent = AGENT_SCHEMAS.get(cfg.get("agent", {}).get("name"), AgentConfig)
+        return {"env": env, "agent": agent, "model": ModelConfig, "intrinsic": IntrinsicConfig,
                 "train": TrainBlock, "distributed": DistributedConfig}
     if schema is EvalConfig:
         return {"env": EvalEnvOverrides}
@@ -236,6 +251,7 @@ def register_configs() -> None:
     cs.store(group="env", name="atari_schema", node=AtariEnvConfig)
     cs.store(group="env", name="gym_schema", node=GymEnvConfig)
     cs.store(group="agent", name="impala_schema", node=AgentConfig)
+    cs.store(group="agent", name="appo_schema", node=AppoConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="intrinsic", name="intrinsic_schema", node=IntrinsicConfig)
 

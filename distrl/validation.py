@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from distrl import host
 from distrl.checkpoint import checkpoint_file
-from distrl.config import ConfigError, EvalConfig, TrainConfig, check_keys
+from distrl.config import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
 from distrl.engine.placement import Placement, plan
 from distrl.envs import EnvSpec, env_spec, known_env_id_error
 
@@ -201,7 +201,7 @@ def validate(cfg: DictConfig) -> Validated:
     _validate_bf16_device(cfg.precision, placement.device)
     _validate_sizes(cfg, placement)
     _validate_distributed(cfg, placement)
-    _validate_agent(cfg.agent)
+    _validate_agent(cfg.agent, cfg.batch_size)
     spec = _validate_model(cfg)
     _validate_intrinsic(cfg, spec)
     _validate_slots_memory(cfg, placement, spec)
@@ -263,13 +263,21 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     )
 
 
-def _validate_agent(agent: DictConfig) -> None:
+def _validate_agent(agent: DictConfig, batch_size: int) -> None:
+    _check(agent.name in AGENT_SCHEMAS, "agent", agent.name, ", ".join(AGENT_SCHEMAS))
     _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
     _validate_schedule_points(agent.entropy_schedule)
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
-    _check(isinstance(agent.num_epochs, int) and agent.num_epochs > 0, "agent.num_epochs", agent.num_epochs,
-           "must be an integer >= 1")
+    _check(0 < agent.trace_lambda <= 1, "agent.trace_lambda", agent.trace_lambda, "a number in (0, 1]")
+    for key in ("num_epochs", "num_minibatches"):
+        _check(isinstance(agent[key], int) and agent[key] > 0, f"agent.{key}", agent[key], "must be an integer >= 1")
+    _check(batch_size % agent.num_minibatches == 0, "agent.num_minibatches", agent.num_minibatches,
+           f"must divide batch_size={batch_size} (a minibatch is whole unrolls)")
+    if agent.name == "appo":
+        _check(agent.clip > 0, "agent.clip", agent.clip, "must be > 0")
+        _check(agent.value_clip is None or agent.value_clip > 0, "agent.value_clip", agent.value_clip,
+               "null or a number > 0")
     _check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")
     for key in ("entropy_cost", "baseline_cost", "momentum"):
         _check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")

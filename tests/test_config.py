@@ -23,7 +23,7 @@ def test_the_config_groups_are_there():
     assert {"atari", "gym", "image_cue", "image_cue_memory"} <= set(options("env"))
     assert {"cartpole", "image_cue", "image_cue_memory"} <= set(options("experiment"))
     assert {"nature_cnn", "impala_resnet", "mlp"} <= set(options("model"))
-    assert "impala" in options("agent")
+    assert {"impala", "appo"} <= set(options("agent"))
 
 
 @pytest.mark.parametrize("env", options("env"))
@@ -121,6 +121,14 @@ BAD = [
     (["agent.lr=0"], "agent.lr"),
     (["agent.optimizer=sgd"], "agent.optimizer"),
     (["agent.num_epochs=0"], "agent.num_epochs"),
+    (["agent.num_minibatches=0"], "agent.num_minibatches"),
+    (["batch_size=8", "agent.num_minibatches=3"], "agent.num_minibatches"),  # must divide B
+    (["agent.trace_lambda=0"], "agent.trace_lambda"),
+    (["agent.trace_lambda=1.5"], "agent.trace_lambda"),
+    (["agent=appo", "agent.clip=0"], "agent.clip"),
+    (["agent=appo", "agent.value_clip=-0.1"], "agent.value_clip"),
+    (["agent=appo", "agent.num_epochs=0"], "agent.num_epochs"),
+    (["agent=appo", "batch_size=6"], "agent.num_minibatches"),
     (["agent.entropy_schedule=cosine"], "agent.entropy_schedule"),
     (["agent.entropy_schedule=[]"], "agent.entropy_schedule"),
     (["agent.entropy_schedule=[[3000000,0.01],[2000000,0.002]]"], "agent.entropy_schedule"),  # steps go back

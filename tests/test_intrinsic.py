@@ -132,7 +132,7 @@ def _learner(overrides: list[str]):
     policy.freeze()
     module = make_intrinsic((4,), cfg.intrinsic)
     learner = learner_for(cfg, policy)
-    learner.intrinsic, learner.pretraining = module, cfg.train.pretraining
+    learner.intrinsic = module
     return learner, policy
 
 
@@ -150,6 +150,12 @@ def test_the_episodic_choice_adds_the_weighted_intrinsic_reward_to_the_extrinsic
     assert losses["intrinsic_reward_raw"] > 0 and losses["intrinsic_reward"] > 0
 
 
+def targets(learner, batch, logits, values, coef=0.0):
+    """The learner's agent's V-trace targets: ``(advantages, [vs - V per value head])``."""
+    out = learner.agent_loss.targets(batch, logits, values, coef)
+    return out.advantages, [vs - v for v, vs in zip(out.values, out.vs, strict=True)]
+
+
 @pytest.mark.parametrize("name", ["rnd", "re3"])
 def test_the_intrinsic_return_has_its_own_value_head_and_runs_on_past_an_episode_end(name):
     """The default (Burda et al. 2019, Section 2.3): novelty found after an episode's end still
@@ -162,22 +168,22 @@ def test_the_intrinsic_return_has_its_own_value_head_and_runs_on_past_an_episode
     intrinsic = torch.zeros(3, 2)
     later = intrinsic.clone()
     later[1, 0] = 1.0  # a bonus in env 0's next episode
-    advantages, errors = learner.targets({**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
-    advantages_later, errors_later = learner.targets({**batch, "intrinsic_reward": later}, logits, values, 0.5)
+    advantages, errors = targets(learner, {**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
+    advantages_later, errors_later = targets(learner, {**batch, "intrinsic_reward": later}, logits, values, 0.5)
     assert len(errors) == 2
     assert advantages_later[0, 0] > advantages[0, 0]  # seen across the episode's end
     torch.testing.assert_close(errors_later[0], errors[0])  # the extrinsic targets do not see it
     assert (errors_later[1][:2, 0] > errors[1][:2, 0]).all()
-    without, _ = learner.targets({**batch, "intrinsic_reward": later}, logits, values, 0.0)
-    extrinsic_only, _ = learner.targets(batch, logits, values[..., 0])
+    without, _ = targets(learner, {**batch, "intrinsic_reward": later}, logits, values, 0.0)
+    extrinsic_only, _ = targets(learner, batch, logits, values[..., 0])
     torch.testing.assert_close(without, extrinsic_only)  # coef 0: the extrinsic advantages alone
 
     single, policy_single = _learner([f"intrinsic={name}", "intrinsic.coef=0.5", "intrinsic.episodic=true"])
     batch = on_policy_batch(policy_single)
     batch["terminated"][0, 0] = True
     logits, values, _ = policy_single.learner(batch["obs"], batch["first"])
-    advantages, _ = single.targets({**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
-    advantages_later, _ = single.targets({**batch, "intrinsic_reward": later}, logits, values, 0.5)
+    advantages, _ = targets(single, {**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
+    advantages_later, _ = targets(single, {**batch, "intrinsic_reward": later}, logits, values, 0.5)
     assert advantages_later[0, 0] == advantages[0, 0]  # episodic: the end cuts it
 
 

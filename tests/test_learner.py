@@ -25,7 +25,8 @@ def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int
     ``num_train_steps`` (the schedule's constants as the trainer makes them, with other sizes)."""
     cfg.train.num_train_steps = num_train_steps
     schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=steps_per_update)
-    return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"))
+    return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
+                   pretraining=cfg.train.pretraining)
 
 
 def make():

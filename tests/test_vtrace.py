@@ -2,7 +2,8 @@
 
 Espeholt et al. 2018, eq. (1): v_s = V(x_s) + sum_{t=s}^{s+n-1} gamma^{t-s}
 (prod_{i=s}^{t-1} c_i) delta_t V, with delta_t V = rho_t (r_t + gamma V(x_{t+1})
-- V(x_t)). The sum runs to the end of the unroll (bootstrapping from V(x_T)) or
+- V(x_t)) and c_i = lambda min(c_bar, rho_i) (Section 4.1's trace lambda). The sum
+runs to the end of the unroll (bootstrapping from V(x_T)) or
 stops at the step that ends the episode: after a terminal step nothing is
 bootstrapped; after a time-limit truncation the value of the episode's final
 observation is.
@@ -13,10 +14,11 @@ import math
 import pytest
 import torch
 
-from distrl import vtrace
+from distrl.agents import vtrace
 
 
-def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final_values, gamma, rho_bar, c_bar):
+def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final_values, gamma, rho_bar, c_bar,
+              trace_lambda=1.0):
     T, B = len(rewards), len(rewards[0])
     rhos = [[math.exp(log_rhos[t][b]) for b in range(B)] for t in range(T)]
     vs = [[0.0] * B for _ in range(T)]
@@ -38,7 +40,7 @@ def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final
                 total += weight * rho * (rewards[t][b] + next_value(t, b) - values[t][b])
                 if terminated[t][b] or truncated[t][b]:
                     break
-                weight *= gamma * min(c_bar, rhos[t][b])
+                weight *= gamma * trace_lambda * min(c_bar, rhos[t][b])
             vs[s][b] = total
         for s in range(T):
             rho = min(rho_bar, rhos[s][b])
@@ -52,9 +54,16 @@ def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final
     return torch.tensor(vs), torch.tensor(adv)
 
 
-@pytest.mark.parametrize("rho_bar,c_bar", [(1.0, 1.0), (0.7, 0.4), (2.0, 1.5)])
+def from_logits(behaviour, target, actions, *args, **kwargs):
+    """V-trace with ``log_rhos = log pi(a) - log mu(a)`` from the two policies' logits."""
+    log_rhos = vtrace.action_log_probs(target, actions) - vtrace.action_log_probs(behaviour, actions)
+    return vtrace.vtrace_with_episode_ends(log_rhos, *args, **kwargs)
+
+
+@pytest.mark.parametrize("rho_bar,c_bar,trace_lambda", [(1.0, 1.0, 1.0), (0.7, 0.4, 1.0), (2.0, 1.5, 1.0),
+                                                        (1.0, 1.0, 0.95), (2.0, 1.5, 0.5)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_vtrace_matches_the_papers_sum(seed, rho_bar, c_bar):
+def test_vtrace_matches_the_papers_sum(seed, rho_bar, c_bar, trace_lambda):
     g = torch.Generator().manual_seed(seed)
     T, B, A, gamma = 12, 5, 4, 0.97
     behaviour = torch.randn(T, B, A, generator=g)
@@ -69,12 +78,12 @@ def test_vtrace_matches_the_papers_sum(seed, rho_bar, c_bar):
     terminated[3, 0], truncated[3, 0] = True, True  # both: terminal wins
     assert terminated.any() and truncated.any() and (truncated & ~terminated).any()
 
-    got = vtrace.vtrace_from_logits(behaviour, target, actions, rewards, terminated, truncated, values,
-                                    bootstrap, final_values, gamma, rho_bar, c_bar)
+    got = from_logits(behaviour, target, actions, rewards, terminated, truncated, values,
+                      bootstrap, final_values, gamma, rho_bar, c_bar, trace_lambda)
     log_rhos = (vtrace.action_log_probs(target, actions) - vtrace.action_log_probs(behaviour, actions))
     want_vs, want_adv = reference(log_rhos.tolist(), rewards.tolist(), values.tolist(), bootstrap.tolist(),
                                   terminated.tolist(), truncated.tolist(), final_values.tolist(), gamma,
-                                  rho_bar, c_bar)
+                                  rho_bar, c_bar, trace_lambda)
     torch.testing.assert_close(got.vs, want_vs, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got.pg_advantages, want_adv, rtol=1e-5, atol=1e-5)
 
@@ -86,8 +95,7 @@ def test_on_policy_vtrace_is_the_n_step_return():
     actions = torch.randint(0, 3, (T, B))
     rewards, values, bootstrap = torch.randn(T, B), torch.randn(T, B), torch.randn(B)
     no = torch.zeros(T, B, dtype=torch.bool)
-    got = vtrace.vtrace_from_logits(logits, logits, actions, rewards, no, no, values, bootstrap,
-                                    torch.zeros(T, B), gamma)
+    got = from_logits(logits, logits, actions, rewards, no, no, values, bootstrap, torch.zeros(T, B), gamma)
     for s in range(T):
         n_step = sum(gamma ** (t - s) * rewards[t] for t in range(s, T)) + gamma ** (T - s) * bootstrap
         torch.testing.assert_close(got.vs[s], n_step, rtol=1e-5, atol=1e-5)
@@ -101,3 +109,20 @@ def test_loss_terms():
     assert vtrace.baseline_loss(adv).item() == pytest.approx(2.0)
     entropy = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
     assert vtrace.entropy_loss(logits).item() == pytest.approx(-entropy)
+
+
+def test_on_policy_vtrace_with_a_trace_lambda_is_the_lambda_return():
+    """With pi = mu, c_s = lambda and v_s is TD(lambda)'s target: v_s = r_s + gamma ((1 - lambda) V(x_{s+1})
+    + lambda v_{s+1}), from the bootstrap value (Sutton and Barto 2018, eq. 12.3, recursively)."""
+    T, B, gamma, lam = 6, 3, 0.9, 0.8
+    logits = torch.randn(T, B, 3)
+    actions = torch.randint(0, 3, (T, B))
+    rewards, values, bootstrap = torch.randn(T, B), torch.randn(T, B), torch.randn(B)
+    no = torch.zeros(T, B, dtype=torch.bool)
+    got = from_logits(logits, logits, actions, rewards, no, no, values, bootstrap, torch.zeros(T, B), gamma,
+                      trace_lambda=lam)
+    target = bootstrap
+    for s in reversed(range(T)):
+        next_value = bootstrap if s == T - 1 else values[s + 1]
+        target = rewards[s] + gamma * ((1 - lam) * next_value + lam * target)
+        torch.testing.assert_close(got.vs[s], target, rtol=1e-5, atol=1e-5)

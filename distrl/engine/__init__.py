@@ -2,7 +2,7 @@
 
 1. ``storage.py``    The slot a rollout lives in: ``RolloutLayout`` names each row's keys (what the
                      actor writes at row t, what the env step gave, what is per slot) and the rows
-                     the learner reads (``STEPS`` = 0..T-1, ``BOOTSTRAP`` = T); ``RolloutStorage``
+                     the learner reads (rows 0..T-1 and the bootstrap row T); ``RolloutStorage``
                      holds the slots in shared memory with a free and a full queue of slot indices.
 2. ``actor.py``      ``act``: an actor process steps ``envs_per_actor`` envs, acts on them with one
                      batched forward pass of the actor copy of the network (``step_policy``), and
@@ -12,9 +12,11 @@
                      evaluation share: what the policy saw, the LSTM core, the previous action and
                      reward), the actor and learner copies and ``publish``.
 4. ``learner.py``    ``run_learner_thread``: ``take_full_slots`` (B of them), ``get_batch`` (one
-                     ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (the loss, an
-                     optimizer step, the weights published to the actors' copy).
-5. ``../vtrace.py``  V-trace targets and the loss terms (pure tensor functions).
+                     ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (epochs of
+                     minibatches, an optimizer step on the agent's loss for each, the weights
+                     published to the actors' copy).
+5. ``../agents/``    The agent's loss on a (mini)batch: ``base.py`` (V-trace's targets), then
+                     ``impala.py`` or ``appo.py``; ``vtrace.py`` the pure tensor functions.
 
 The env step is one call into ``distrl.envs`` (``VectorStepper``: ale-py's vector env or
 Gymnasium's); a slot index crosses processes through ``shared.py``'s queues. The life of a slot::

@@ -2,19 +2,14 @@
 five files of :mod:`distrl.engine`).
 
 A learner thread loops over :func:`get_batch` (B full slots copied into a ``[T+1, B]`` batch, the
-slots freed) and :meth:`Learner.update` (the V-trace loss, an optimizer step, the new weights
-published into the actors' copy). The loss is IMPALA's (Espeholt et al. 2018, Section 4.2): policy
-gradient with V-trace advantages (standardised over the batch with ``agent.normalize_advantages``,
-as PPO's implementations do), ``baseline_cost`` x the squared error to the V-trace targets
-``vs``, and ``entropy_cost`` x the negative entropy, each averaged over the ``T x B`` steps of the
-batch (IMPALA sums them; :mod:`distrl.vtrace` says why distrl averages). Rewards are clipped to
-``[-reward_clip, reward_clip]`` in the loss only. With an intrinsic reward (:mod:`distrl.intrinsic`)
-the normalised ``r_int`` has its own return, value head and V-trace targets, not cut at episode
-ends, and the policy gradient's advantage is ``A_ext + coef x A_int`` (with ``intrinsic.episodic``:
-one return of ``clipped r_ext + coef x r_int``); pretraining leaves ``r_ext`` out. The
-learning rate, the entropy cost and the intrinsic reward's weight of each update come from
-:class:`distrl.engine.schedule.Schedule` at the learner's update count, the one counter of a run.
-An update makes ``num_epochs`` optimizer steps on its batch.
+slots freed) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
+``agent.num_minibatches`` minibatches of whole unrolls, one optimizer step per minibatch on the
+agent's loss (:mod:`distrl.agents`: IMPALA's, or APPO's clipped surrogate, both on V-trace's
+targets computed with the network of that step), then the new weights published into the actors'
+copy. With an intrinsic reward (:mod:`distrl.intrinsic`) its rewards are computed once per batch
+and its module trained after the optimizer steps. The learning rate, the entropy cost and the
+intrinsic reward's weight of each update come from :class:`distrl.engine.schedule.Schedule` at the
+learner's update count, the one counter of a run.
 """
 
 from __future__ import annotations
@@ -30,10 +25,10 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 
-from distrl import vtrace
+from distrl.agents import make_loss
 from distrl.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
-from distrl.engine.storage import BOOTSTRAP, STEPS, RolloutStorage
+from distrl.engine.storage import RolloutStorage
 from distrl.intrinsic import IntrinsicReward
 from distrl.policy import DistributedActorLearner, autocast
 
@@ -83,6 +78,7 @@ class Learner:
             :meth:`update` (the default); :class:`distrl.api.DistributedAgent` puts its ``update`` here.
         loss_fn: the loss of an optimizer step, ``(batch, entropy_cost, intrinsic_coef) -> (total,
             policy, value, entropy)`` like :meth:`loss` (the default).
+        agent_loss: the agent's loss (:func:`distrl.agents.make_loss` of ``agent``).
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
             the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
     """
@@ -93,12 +89,13 @@ class Learner:
         self.policy = policy
         self.precision = precision
         self.intrinsic = intrinsic
-        self.pretraining = pretraining
         self.ranks = ranks or Ranks()
         self.optimizer = optimizer
         self.schedule = schedule
         self.agent = agent
-        self.normalize_advantages = bool(agent.normalize_advantages)
+        self.agent_loss = make_loss(agent, pretraining)
+        # the minibatches' order (agent.num_minibatches), from the run's seed (torch.manual_seed)
+        self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.device = device
         self.network = torch.compile(policy.learner) if compile else policy.learner
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
@@ -126,15 +123,16 @@ class Learner:
         return self.schedule.at(self.updates)
 
     def update(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
-        """``agent.num_epochs`` optimizer steps on one ``[T+1, B]`` batch from :func:`get_batch`, then
-        the new weights go to the actors and :attr:`updates` advances by one (whatever the epochs).
+        """``agent.num_epochs x agent.num_minibatches`` optimizer steps on one ``[T+1, B]`` batch from
+        :func:`get_batch`, then the new weights go to the actors and :attr:`updates` advances by one
+        (whatever the epochs).
 
-        From the second epoch on the batch is off-policy by the epochs before it as well as by the
+        After the first step the batch is off-policy by the steps before it as well as by the
         actors' lag; V-trace corrects for both against the behaviour logits the actors stored, as
         for IMPALA's experience replay (Espeholt et al. 2018, Table 2). With several ranks the
         gradients are averaged across them first (every rank calls this once per update and makes
-        the same epochs; ``stop`` ends the wait for the others). A non-finite loss or gradient norm
-        skips that optimizer step and the epochs after it (the weights and the optimizer state stay
+        the same steps; ``stop`` ends the wait for the others). A non-finite loss or gradient norm
+        skips that optimizer step and the steps after it (the weights and the optimizer state stay
         as the last finite step left them; the count still advances).
 
         With an intrinsic reward module, its rewards are computed once, before the epochs, and the
@@ -142,7 +140,7 @@ class Learner:
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
-            "finite", "publish_seconds"}``: the first epoch's losses and gradient norm (the batch
+            "finite", "publish_seconds"}``: the first optimizer step's losses and gradient norm (the batch
             against the weights it found), or those of the non-finite epoch, floats;
             ``learning_rate`` and ``entropy_cost`` those this update used; ``finite`` a bool;
             ``publish_seconds`` the wall time of copying the weights to the actors. With an
@@ -158,14 +156,20 @@ class Learner:
                 batch = {**batch, "intrinsic_reward": normalised}
                 intrinsic = {"intrinsic_reward_raw": raw.mean().item(), "intrinsic_reward": normalised.mean().item(),
                              "intrinsic_coef": position.intrinsic_coef}
-            for epoch in range(self.agent.num_epochs):
-                scalars, finite = self._optimizer_step(batch, position.entropy_cost, stop, position.intrinsic_coef)
-                if epoch == 0 or not finite:
-                    reported = scalars
+            steps = 0
+            for _ in range(self.agent_loss.num_epochs):
+                for minibatch in self.agent_loss.minibatches(batch, self.generator):
+                    scalars, finite = self._optimizer_step(minibatch, position.entropy_cost, stop,
+                                                           position.intrinsic_coef)
+                    if steps == 0 or not finite:
+                        reported = scalars
+                    if not finite:
+                        break
+                    steps += 1
                 if not finite:
                     break
             publish_start = time.perf_counter()
-            if finite or epoch > 0:  # at least one optimizer step was made
+            if steps > 0:  # at least one optimizer step was made
                 self.policy.publish()
             publish_seconds = time.perf_counter() - publish_start
             if intrinsic:
@@ -178,75 +182,17 @@ class Learner:
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
-        """IMPALA's loss on ``batch``: ``(total, policy, value, entropy)``, scalar tensors averaged over
-        the ``T x B`` steps, with the advantages and value targets of :meth:`targets`.
+        """The agent's loss on ``batch`` (a ``[T+1, B]`` batch or a minibatch of it):
+        ``(total, policy, value, entropy)``, scalar tensors averaged over its ``T x B`` steps.
 
-        The network runs on all T+1 rows with the weights of this moment; the loss uses rows
-        :data:`STEPS` and bootstraps from the value of row :data:`BOOTSTRAP` (the layout is
-        :mod:`distrl.engine.storage`'s).
+        The network runs on all T+1 rows with the weights of this moment; :attr:`agent_loss`
+        (:mod:`distrl.agents`) computes the loss from its outputs.
         """
-        agent = self.agent
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         with autocast(self.precision, self.device):
             logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
                                              batch.get("last_action"), batch.get("last_reward"))
-        advantages, value_errors = self.targets(batch, logits, values, intrinsic_coef)
-        logits = logits[STEPS]
-        pg_loss = vtrace.policy_gradient_loss(logits, batch["action"][STEPS], advantages)
-        value_loss = sum(vtrace.baseline_loss(errors) for errors in value_errors)
-        entropy_loss = vtrace.entropy_loss(logits)
-        total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
-        return total, pg_loss, value_loss, entropy_loss
-
-    def targets(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
-                intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """V-trace on ``batch`` (Espeholt et al. 2018, Section 4): the policy gradient's advantages
-        ``[T, B]`` (no gradient) and, per value head, ``vs - V(x)`` ``[T, B]`` (with gradient).
-
-        ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]``, or ``[T+1, B, 2]`` with the intrinsic head)
-        are the network's on all rows. Rewards are the extrinsic ones clipped to ``agent.reward_clip``
-        (0 when pretraining). With ``batch["intrinsic_reward"]`` (``[T, B]``, normalised): on a
-        network with an intrinsic value head, that head gets its own V-trace targets of the intrinsic
-        return (discounted by ``agent.discount``, not cut at episode ends; Burda et al. 2019,
-        Section 2.3) and the advantage is ``A_ext + intrinsic_coef x A_int``; on a network with one
-        head (``intrinsic.episodic``), the reward is the extrinsic one plus ``intrinsic_coef`` times it.
-        """
-        agent = self.agent
-        two_heads = values.dim() == 3
-        values, intrinsic_values = (values[..., 0], values[..., 1]) if two_heads else (values, None)
-        logits, baseline = logits[STEPS], values[STEPS]
-        rewards = batch["reward"][STEPS]
-        if agent.reward_clip is not None:
-            rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
-        if self.pretraining:
-            rewards = torch.zeros_like(rewards)
-        if "intrinsic_reward" in batch and not two_heads:
-            rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
-        actions = batch["action"][STEPS]
-        behaviour_logits = batch["policy_logits"][STEPS]
-        # the importance weights, once for both returns
-        log_rhos = vtrace.action_log_probs(logits, actions) - vtrace.action_log_probs(behaviour_logits, actions)
-        extrinsic = vtrace.vtrace_with_episode_ends(
-            log_rhos=log_rhos, rewards=rewards, terminated=batch["terminated"][STEPS],
-            truncated=batch["truncated"][STEPS], values=baseline, bootstrap_value=values[BOOTSTRAP],
-            truncation_values=batch["truncation_value"][STEPS],
-            discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
-        )
-        advantages, errors = extrinsic.pg_advantages, [extrinsic.vs - baseline]
-        if two_heads:
-            never = torch.zeros_like(actions, dtype=torch.bool)
-            intrinsic_baseline = intrinsic_values[STEPS]
-            intrinsic = vtrace.vtrace_with_episode_ends(
-                log_rhos=log_rhos, rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)),
-                terminated=never, truncated=never, values=intrinsic_baseline,
-                bootstrap_value=intrinsic_values[BOOTSTRAP], truncation_values=torch.zeros_like(intrinsic_baseline),
-                discount=agent.discount, rho_bar=agent.rho_bar, c_bar=agent.c_bar,
-            )
-            advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
-            errors.append(intrinsic.vs - intrinsic_baseline)
-        if self.normalize_advantages:
-            advantages = vtrace.standardise(advantages)
-        return advantages, errors
+        return self.agent_loss(batch, logits, values, entropy_cost, intrinsic_coef)
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
                         stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[list[float], bool]:

@@ -16,8 +16,8 @@ learner, which reads them:
 - ``SLOT_KEYS``, one value per slot: the policy version the unroll started with, and with an
   LSTM core the state before row 0 (``core_h``, ``core_c``).
 
-The learner reads ``[T+1, B]`` batches with :data:`STEPS` (rows ``0..T-1``, the T steps of the
-loss) and :data:`BOOTSTRAP` (row T).
+The learner reads ``[T+1, B]`` batches; the loss takes rows ``0..T-1`` (the T steps,
+:data:`distrl.agents.base.STEPS`) and bootstraps from row T (:data:`distrl.agents.base.BOOTSTRAP`).
 
 Storages: ``num_storages`` slots, each key one shared tensor with the slot as the leading
 dimension, allocated once. Every slot index is always in exactly one place: the free queue,
@@ -45,8 +45,6 @@ ACTED_KEYS = ("obs", "first", "last_action", "last_reward", "action", "policy_lo
 STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value")
 SLOT_KEYS = ("policy_version", "core_h", "core_c")
 
-STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
-BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll
 
 
 @dataclass(frozen=True)

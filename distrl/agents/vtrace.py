@@ -30,12 +30,15 @@ def vtrace_from_importance_weights(
     bootstrap_value: torch.Tensor,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
+    trace_lambda: float = 1.0,
 ) -> VTraceReturns:
     """V-trace targets by the backward recursion of Remark 1.
 
     ``v_s - V(x_s) = delta_s V + gamma_s c_s (v_{s+1} - V(x_{s+1}))`` with
     ``delta_s V = rho_s (r_s + gamma_s V(x_{s+1}) - V(x_s))`` (eq. 1),
-    ``rho_s = min(rho_bar, pi/mu)`` and ``c_s = min(c_bar, pi/mu)``. The
+    ``rho_s = min(rho_bar, pi/mu)`` and ``c_s = lambda min(c_bar, pi/mu)``
+    (the trace lambda of Section 4.1's remarks; ``lambda = 1`` is eq. 1 as written,
+    and on-policy ``lambda < 1`` gives TD(lambda)'s targets). The
     policy-gradient advantage is ``rho_s (r_s + gamma_s v_{s+1} - V(x_s))``
     (Section 4.2).
 
@@ -47,13 +50,14 @@ def vtrace_from_importance_weights(
         bootstrap_value: ``[B]`` ``V(x_T)``.
         rho_bar: truncation level of ``rho`` (> 0).
         c_bar: truncation level of ``c`` (> 0).
+        trace_lambda: the traces' factor lambda in ``(0, 1]``.
 
     Returns:
         ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
     """
     rhos = torch.exp(log_rhos)
     clipped_rhos = torch.clamp(rhos, max=rho_bar)
-    cs = torch.clamp(rhos, max=c_bar)
+    cs = trace_lambda * torch.clamp(rhos, max=c_bar)
     values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 
@@ -74,37 +78,6 @@ def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tenso
     return -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none").view_as(actions)
 
 
-def vtrace_from_logits(
-    behaviour_logits: torch.Tensor,
-    target_logits: torch.Tensor,
-    actions: torch.Tensor,
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    values: torch.Tensor,
-    bootstrap_value: torch.Tensor,
-    truncation_values: torch.Tensor,
-    discount: float,
-    rho_bar: float = 1.0,
-    c_bar: float = 1.0,
-) -> VTraceReturns:
-    """V-trace targets from policy logits, with episode ends handled (:func:`vtrace_with_episode_ends`
-    with ``log_rhos = log pi(a) - log mu(a)``).
-
-    Args:
-        behaviour_logits: ``[T, B, A]`` logits of the behaviour policy mu (actor).
-        target_logits: ``[T, B, A]`` logits of the target policy pi (learner).
-        actions: ``[T, B]`` int64 actions taken.
-        The others: as :func:`vtrace_with_episode_ends`.
-
-    Returns:
-        ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
-    """
-    log_rhos = action_log_probs(target_logits, actions) - action_log_probs(behaviour_logits, actions)
-    return vtrace_with_episode_ends(log_rhos, rewards, terminated, truncated, values, bootstrap_value,
-                                    truncation_values, discount, rho_bar, c_bar)
-
-
 def vtrace_with_episode_ends(
     log_rhos: torch.Tensor,
     rewards: torch.Tensor,
@@ -116,6 +89,7 @@ def vtrace_with_episode_ends(
     discount: float,
     rho_bar: float = 1.0,
     c_bar: float = 1.0,
+    trace_lambda: float = 1.0,
 ) -> VTraceReturns:
     """V-trace targets (Espeholt et al. 2018, Section 4.1) from the log importance weights, with
     episode ends handled.
@@ -138,6 +112,7 @@ def vtrace_with_episode_ends(
             (ignored elsewhere).
         discount: gamma in [0, 1].
         rho_bar, c_bar: truncation levels of the importance weights.
+        trace_lambda: the traces' factor (:func:`vtrace_from_importance_weights`).
 
     Returns:
         ``VTraceReturns(vs, pg_advantages)``, each ``[T, B]``, without gradient.
@@ -147,7 +122,8 @@ def vtrace_with_episode_ends(
     rewards = rewards + discount * bootstrap_at_limit * truncation_values
     discounts = discount * (~ended).float()
     return vtrace_from_importance_weights(
-        log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(), rho_bar, c_bar
+        log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(), rho_bar, c_bar,
+        trace_lambda,
     )
 
 
@@ -175,9 +151,10 @@ def standardise(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std(correction=0) + eps)
 
 
-def baseline_loss(advantages: torch.Tensor) -> torch.Tensor:
-    """``0.5 * mean_t,b (v_s - V(x_s))^2`` (IMPALA Section 4.2, averaged); ``[T, B]`` -> scalar."""
-    return 0.5 * (advantages**2).mean()
+def baseline_loss(errors: torch.Tensor) -> torch.Tensor:
+    """``0.5 * mean_t,b (v_s - V(x_s))^2`` (IMPALA Section 4.2, averaged): ``errors`` are the value
+    errors ``v_s - V(x_s)`` ``[T, B]`` (with gradient through ``V``) -> scalar."""
+    return 0.5 * (errors**2).mean()
 
 
 def entropy_loss(logits: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,31 @@
+"""Agents: one loss per file, behind one interface (:class:`distrl.agents.base.AgentLoss`).
+
+- :mod:`distrl.agents.vtrace`: V-trace's targets and the loss terms, as pure tensor functions;
+- :mod:`distrl.agents.base`: what every loss shares (the batch's rows, V-trace on one or two value
+  heads, minibatches);
+- :mod:`distrl.agents.impala`: IMPALA's loss (``agent=impala``, the default);
+- :mod:`distrl.agents.appo`: PPO's clipped surrogate on V-trace's advantages (``agent=appo``).
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from distrl.agents.appo import AppoLoss
+from distrl.agents.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Targets
+from distrl.agents.impala import ImpalaLoss
+
+AGENTS: dict[str, type[AgentLoss]] = {"impala": ImpalaLoss, "appo": AppoLoss}
+
+__all__ = ["AGENTS", "BOOTSTRAP", "STEPS", "AgentLoss", "AppoLoss", "ImpalaLoss", "LossTerms", "Targets", "make_loss"]
+
+
+def make_loss(agent: DictConfig, pretraining: bool = False) -> AgentLoss:
+    """The loss of ``agent.name`` (a key of :data:`AGENTS`) over the ``agent`` config node.
+
+    Raises:
+        ValueError: another name (validation refuses it first).
+    """
+    if agent.name not in AGENTS:
+        raise ValueError(f"agent.name={agent.name!r}: use one of {', '.join(AGENTS)}")
+    return AGENTS[agent.name](agent, pretraining)

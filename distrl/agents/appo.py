@@ -1,0 +1,72 @@
+"""APPO's loss: PPO's clipped surrogate on V-trace's advantages, what ``agent=appo`` trains.
+
+Sample Factory's asynchronous PPO with ``with_vtrace=True`` (Petrenko et al. 2020; its learner's
+``_calculate_losses``): the learner makes ``num_epochs`` passes over each batch, each in
+``num_minibatches`` minibatches of whole unrolls, and recomputes V-trace on every minibatch with
+the network of that moment (:meth:`distrl.agents.base.AgentLoss.targets`), so that the targets
+follow the policy as it moves within the batch. On one minibatch, averaged over its steps:
+
+- the clipped surrogate (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7)
+  ``-mean min(r_t A_t, clip(r_t, 1 - clip, 1 + clip) A_t)``, where ``r_t = pi(a_t|x_t) / mu(a_t|x_t)``
+  is the ratio of the current policy to the behaviour policy that acted (the actor's, lag
+  included) and ``A_t`` V-trace's policy-gradient advantage ``rho_t (r_t + gamma v_{t+1} - V(x_t))``
+  (Espeholt et al. 2018, Section 4.2), standardised over the minibatch with
+  ``agent.normalize_advantages`` (as PPO's implementations do);
+- the value loss toward V-trace's targets ``v_t``, ``0.5 mean max((V - v_t)^2, (V_clip - v_t)^2)`` with
+  ``V_clip = V_old + clip(V - V_old, -value_clip, value_clip)``, ``V_old`` the behaviour policy's value
+  the actor stored (PPO's value clipping, as OpenAI Baselines' ppo2 and Sample Factory clip it);
+  ``agent.value_clip: null`` is the plain squared error. An intrinsic value head
+  (:mod:`distrl.intrinsic`) has no stored value: its loss is the plain squared error;
+- ``entropy_cost`` x the negative entropy, as IMPALA's.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distrl.agents import vtrace
+from distrl.agents.base import STEPS, AgentLoss, LossTerms
+
+
+def clipped_surrogate_loss(log_ratios: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
+    """``-mean min(r A, clip(r, 1 - clip, 1 + clip) A)`` with ``r = exp(log_ratios)`` (Schulman et
+    al. 2017, eq. 7). ``log_ratios [T, B]`` with gradient, ``advantages [T, B]`` (no gradient),
+    ``clip > 0`` -> scalar."""
+    ratios = log_ratios.exp()
+    advantages = advantages.detach()
+    unclipped = ratios * advantages
+    clipped = ratios.clamp(1.0 - clip, 1.0 + clip) * advantages
+    return -torch.min(unclipped, clipped).mean()
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor,
+                       clip: float | None) -> torch.Tensor:
+    """``0.5 mean max((V - v)^2, (V_old + clip(V - V_old, -clip, clip) - v)^2)``: PPO's value clipping
+    (OpenAI Baselines' ppo2). ``values [T, B]`` with gradient, ``old_values`` and ``targets`` ``[T, B]``
+    without; ``clip`` None: ``0.5 mean (V - v)^2``."""
+    errors = (values - targets) ** 2
+    if clip is not None:
+        clipped = old_values + (values - old_values).clamp(-clip, clip)
+        errors = torch.max(errors, (clipped - targets) ** 2)
+    return 0.5 * errors.mean()
+
+
+class AppoLoss(AgentLoss):
+    """APPO's loss; the module docstring gives its terms. Call as :meth:`AgentLoss.__call__`.
+
+    Adds to the config of :class:`AgentLoss`: ``clip`` (the ratio's clip, > 0) and ``value_clip``
+    (null, or > 0, in the units of the clipped reward's return).
+    """
+
+    def __call__(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+                 entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
+        agent = self.agent
+        targets = self.targets(batch, logits, values, intrinsic_coef)
+        pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, agent.clip)
+        old_values = batch["baseline"][STEPS]
+        value_loss = clipped_value_loss(targets.values[0], old_values, targets.vs[0], agent.value_clip)
+        for v, vs in zip(targets.values[1:], targets.vs[1:], strict=True):  # the intrinsic head
+            value_loss = value_loss + vtrace.baseline_loss(vs - v)
+        entropy_loss = vtrace.entropy_loss(logits[STEPS])
+        total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+        return total, pg_loss, value_loss, entropy_loss

@@ -1,0 +1,137 @@
+"""What every agent's loss shares: the batch's rows, V-trace's targets for one or two value heads,
+and the split of a batch into minibatches.
+
+A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`STEPS`) are the steps the loss is computed on and
+row ``T`` (:data:`BOOTSTRAP`) the observation whose value bootstraps the unroll (the layout is
+:mod:`distrl.engine.storage`'s). An agent is a subclass of :class:`AgentLoss` whose ``__call__``
+turns the network's outputs on a (mini)batch into ``(total, policy, value, entropy)``; the learner
+(:mod:`distrl.engine.learner`) runs the network, makes ``num_epochs x num_minibatches`` optimizer
+steps per batch and never looks inside the loss.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from omegaconf import DictConfig
+
+from distrl.agents import vtrace
+
+STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
+BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll
+
+# Keys of a batch with one value per unroll rather than per row: ``[B]`` or ``[1, B, H]``.
+PER_UNROLL_DIM = {"policy_version": 0, "core_h": 1, "core_c": 1}
+
+LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # total, policy, value, entropy
+
+
+class Targets(NamedTuple):
+    """V-trace's outputs on a batch, for the loss.
+
+    ``log_rhos``: ``[T, B]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)`` of the current network against
+    the behaviour policy, with gradient through ``pi``; ``advantages``: ``[T, B]`` the policy
+    gradient's advantages (no gradient); ``values``: per value head, ``V(x_t)`` ``[T, B]`` with
+    gradient; ``vs``: per value head, the V-trace targets ``[T, B]`` (no gradient). The heads are
+    the extrinsic one, then with an intrinsic value head the intrinsic one.
+    """
+
+    log_rhos: torch.Tensor
+    advantages: torch.Tensor
+    values: list[torch.Tensor]
+    vs: list[torch.Tensor]
+
+
+class AgentLoss:
+    """The base of an agent's loss: the config node, V-trace's targets and the optimizer steps'
+    plan. Subclasses define ``__call__``.
+
+    Args:
+        agent: the ``agent`` config node (``discount``, ``reward_clip``, ``rho_bar``, ``c_bar``,
+            ``trace_lambda``, ``normalize_advantages``, ``baseline_cost``, ``num_epochs``,
+            ``num_minibatches`` and the agent's own keys).
+        pretraining: the extrinsic reward is left out (reward-free training with an intrinsic one).
+
+    Attributes:
+        num_epochs: passes over each batch.
+        num_minibatches: minibatches each pass splits the batch into (along B, whole unrolls).
+    """
+
+    def __init__(self, agent: DictConfig, pretraining: bool = False):
+        self.agent = agent
+        self.pretraining = pretraining
+        self.num_epochs = int(agent.num_epochs)
+        self.num_minibatches = int(agent.get("num_minibatches", 1))
+        self.trace_lambda = float(agent.get("trace_lambda", 1.0))
+        self.normalize_advantages = bool(agent.normalize_advantages)
+
+    def __call__(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+                 entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
+        """The loss of one optimizer step: ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]``, or
+        ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row of ``batch``.
+        Returns ``(total, policy, value, entropy)``, scalar tensors averaged over the ``T x B`` steps."""
+        raise NotImplementedError
+
+    def targets(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+                intrinsic_coef: float = 0.0) -> Targets:
+        """V-trace on ``batch`` (Espeholt et al. 2018, Section 4) with the current network's
+        ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``).
+
+        Rewards are the extrinsic ones clipped to ``agent.reward_clip`` (0 when pretraining). With
+        ``batch["intrinsic_reward"]`` (``[T, B]``, normalised): on a network with an intrinsic value
+        head, that head gets its own V-trace targets of the intrinsic return (discounted by
+        ``agent.discount``, not cut at episode ends; Burda et al. 2019, Section 2.3) and the advantage
+        is ``A_ext + intrinsic_coef x A_int``; on a network with one head (``intrinsic.episodic``),
+        the reward is the extrinsic one plus ``intrinsic_coef`` times it. With
+        ``agent.normalize_advantages`` the advantages are standardised over the batch given.
+        """
+        agent = self.agent
+        two_heads = values.dim() == 3
+        values, intrinsic_values = (values[..., 0], values[..., 1]) if two_heads else (values, None)
+        rewards = batch["reward"][STEPS]
+        if agent.reward_clip is not None:
+            rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
+        if self.pretraining:
+            rewards = torch.zeros_like(rewards)
+        if "intrinsic_reward" in batch and not two_heads:
+            rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
+        actions = batch["action"][STEPS]
+        # the importance weights, once for both returns
+        log_rhos = (vtrace.action_log_probs(logits[STEPS], actions)
+                    - vtrace.action_log_probs(batch["policy_logits"][STEPS], actions))
+        traces = {"discount": agent.discount, "rho_bar": agent.rho_bar, "c_bar": agent.c_bar,
+                  "trace_lambda": self.trace_lambda}
+        baseline = values[STEPS]
+        extrinsic = vtrace.vtrace_with_episode_ends(
+            log_rhos=log_rhos, rewards=rewards, terminated=batch["terminated"][STEPS],
+            truncated=batch["truncated"][STEPS], values=baseline, bootstrap_value=values[BOOTSTRAP],
+            truncation_values=batch["truncation_value"][STEPS], **traces)
+        advantages, heads, vs = extrinsic.pg_advantages, [baseline], [extrinsic.vs]
+        if two_heads:
+            never = torch.zeros_like(actions, dtype=torch.bool)
+            intrinsic_baseline = intrinsic_values[STEPS]
+            intrinsic = vtrace.vtrace_with_episode_ends(
+                log_rhos=log_rhos, rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)),
+                terminated=never, truncated=never, values=intrinsic_baseline,
+                bootstrap_value=intrinsic_values[BOOTSTRAP], truncation_values=torch.zeros_like(intrinsic_baseline),
+                **traces)
+            advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
+            heads.append(intrinsic_baseline)
+            vs.append(intrinsic.vs)
+        if self.normalize_advantages:
+            advantages = vtrace.standardise(advantages)
+        return Targets(log_rhos, advantages, heads, vs)
+
+    def minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
+                    ) -> list[dict[str, torch.Tensor]]:
+        """``batch`` split into :attr:`num_minibatches` minibatches of whole unrolls: a random
+        permutation of the ``B`` columns cut into equal parts (validation makes them divide ``B``).
+        One minibatch is the batch itself."""
+        if self.num_minibatches == 1:
+            return [batch]
+        size = batch["action"].shape[1]
+        order = torch.randperm(size, generator=generator)
+        return [{key: value.index_select(PER_UNROLL_DIM.get(key, 1), part.to(value.device))
+                 for key, value in batch.items()}
+                for part in order.chunk(self.num_minibatches)]

@@ -1,0 +1,33 @@
+"""IMPALA's loss (Espeholt et al. 2018, Section 4.2): what ``agent=impala`` trains.
+
+``policy gradient + baseline_cost x value loss + entropy_cost x (negative entropy)``, each averaged
+over the ``T x B`` steps of the batch (IMPALA sums them; :mod:`distrl.agents.vtrace` says why distrl
+averages):
+
+- the policy gradient ``-mean log pi(a_t|x_t) A_t`` with V-trace's advantages
+  ``A_t = rho_t (r_t + gamma v_{t+1} - V(x_t))`` (standardised over the batch with
+  ``agent.normalize_advantages``, as PPO's implementations do);
+- the value loss ``0.5 mean (v_t - V(x_t))^2`` toward V-trace's targets, per value head;
+- the entropy bonus ``mean sum_a pi log pi``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distrl.agents import vtrace
+from distrl.agents.base import STEPS, AgentLoss, LossTerms
+
+
+class ImpalaLoss(AgentLoss):
+    """IMPALA's loss; the module docstring gives its terms. Call as :meth:`AgentLoss.__call__`."""
+
+    def __call__(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+                 entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
+        targets = self.targets(batch, logits, values, intrinsic_coef)
+        logits = logits[STEPS]
+        pg_loss = vtrace.policy_gradient_loss(logits, batch["action"][STEPS], targets.advantages)
+        value_loss = sum(vtrace.baseline_loss(vs - v) for v, vs in zip(targets.values, targets.vs, strict=True))
+        entropy_loss = vtrace.entropy_loss(logits)
+        total = pg_loss + self.agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+        return total, pg_loss, value_loss, entropy_loss

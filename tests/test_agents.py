@@ -1,0 +1,96 @@
+"""The agents' losses (:mod:`distrl.agents`): APPO's clipped surrogate and value clipping written out
+by hand, the minibatch plan the learner follows, V-trace recomputed per minibatch."""
+
+import pytest
+import torch
+from conftest import compose_train
+from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_policy_batch
+
+from distrl.agents import AppoLoss, ImpalaLoss, make_loss
+from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss
+from distrl.policy import DistributedActorLearner
+
+
+def test_the_clipped_surrogate_stops_the_gradient_outside_the_clip_on_the_advantages_side():
+    """PPO's eq. 7: with A > 0 a ratio above 1 + clip earns nothing more (no gradient), below it the
+    gradient is A r; with A < 0 the same below 1 - clip."""
+    clip = 0.2
+    log_ratios = torch.log(torch.tensor([[1.5, 1.1, 0.5, 0.9]])).requires_grad_()
+    advantages = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    loss = clipped_surrogate_loss(log_ratios, advantages, clip)
+    loss.backward()
+    expected = -torch.tensor([1.2 * 1.0, 1.1 * 1.0, 0.8 * -1.0, 0.9 * -1.0]).mean()
+    assert loss.item() == pytest.approx(expected.item())
+    # d(-mean r A)/d log r = -r A / n where the unclipped term is the min, 0 where the clipped one is
+    torch.testing.assert_close(log_ratios.grad, torch.tensor([[0.0, -1.1 / 4, 0.0, 0.9 / 4]]))
+
+
+def test_value_clipping_keeps_the_larger_error_of_the_clipped_and_the_free_value():
+    values = torch.tensor([[1.0, 0.05, -1.0]], requires_grad=True)
+    old = torch.zeros(1, 3)
+    targets = torch.tensor([[2.0, 0.0, 0.0]])
+    # clipped values 0.1, 0.05, -0.1: errors max((1-2)^2, (0.1-2)^2), max(0.05^2, 0.05^2), max(1, 0.01)
+    loss = clipped_value_loss(values, old, targets, clip=0.1)
+    assert loss.item() == pytest.approx(0.5 * (1.9**2 + 0.05**2 + 1.0) / 3)
+    assert clipped_value_loss(values, old, targets, None).item() == pytest.approx(0.5 * (1.0 + 0.05**2 + 1.0) / 3)
+
+
+def _appo(overrides=()):
+    cfg = compose_train(["experiment=cartpole", "agent=appo", f"agent.discount={GAMMA}", "agent.trace_lambda=1.0",
+                         "agent.num_minibatches=1", *overrides])
+    torch.manual_seed(0)
+    policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+    policy.freeze()
+    return learner_for(cfg, policy), policy
+
+
+def test_appos_first_step_is_the_clipped_surrogate_on_the_standardised_on_policy_advantages():
+    """On-policy (ratio 1), one minibatch: the policy term is -mean(r A) with A the standardised
+    n-step advantages; the value term is the clipped one around the stored behaviour values."""
+    learner, policy = _appo(["agent.value_clip=0.05"])
+    assert isinstance(learner.agent_loss, AppoLoss)
+    batch = on_policy_batch(policy)
+    batch["baseline"] = batch["baseline"] + 0.3  # the stored values differ from the network's: clipping acts
+    values, vs = hand_targets(policy, batch)
+    advantages = batch["reward"][:T] + GAMMA * torch.cat([vs[1:], values[T:]]) - values[:T]
+    advantages = (advantages - advantages.mean()) / advantages.std(correction=0)
+    losses = learner.update(batch)
+    assert losses["policy"] == pytest.approx(-advantages.mean().item(), abs=1e-6)  # 0: ratio 1, mean 0
+    expected_value = clipped_value_loss(values[:T], batch["baseline"][:T], vs, 0.05).item()
+    assert losses["value"] == pytest.approx(expected_value, rel=1e-5)
+    assert expected_value != pytest.approx(clipped_value_loss(values[:T], batch["baseline"][:T], vs, None).item())
+
+
+def test_an_update_makes_epochs_times_minibatches_steps_on_whole_unrolls_each_with_fresh_targets():
+    """agent.num_epochs=2, agent.num_minibatches=2 on B=2: four optimizer steps, each on one whole
+    unroll, every unroll once per epoch; V-trace's importance weights are those of the network of
+    each step (0 on the first, on-policy step; not after the weights moved)."""
+    learner, policy = _appo(["agent.num_epochs=2", "agent.num_minibatches=2"])
+    batch = on_policy_batch(policy)
+    batch["obs"][:, 1] += 5.0  # tell the unrolls apart
+    seen, log_rhos = [], []
+    targets = learner.agent_loss.targets
+
+    def recording(minibatch, *args):
+        seen.append(minibatch["obs"].clone())
+        out = targets(minibatch, *args)
+        log_rhos.append(out.log_rhos.detach().abs().max().item())
+        return out
+
+    learner.agent_loss.targets = recording
+    learner.update(batch)
+    assert len(seen) == 4 and all(obs.shape == (T + 1, 1, OBS) for obs in seen)
+    for epoch in (seen[:2], seen[2:]):
+        got = sorted(round(obs.mean().item(), 4) for obs in epoch)
+        want = sorted(round(batch["obs"][:, b:b + 1].mean().item(), 4) for b in range(B))
+        assert got == want
+    assert log_rhos[0] == 0.0 and max(log_rhos[1:]) > 0.0
+    assert learner.updates == 1
+
+
+def test_the_loss_is_the_agents_own_by_name():
+    cfg = compose_train(["experiment=cartpole"])
+    assert isinstance(make_loss(cfg.agent), ImpalaLoss)
+    cfg = compose_train(["experiment=cartpole", "agent=appo"])
+    loss = make_loss(cfg.agent)
+    assert isinstance(loss, AppoLoss) and (loss.num_epochs, loss.num_minibatches) == (4, 4)
