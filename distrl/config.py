@@ -99,6 +99,7 @@ class ModelConfig:
     init_fn: str = MISSING  # orthogonal | xavier_uniform | default
     use_lstm: bool = MISSING
     last_action_reward: bool = MISSING  # the previous action and reward as inputs beside the features
+    layer_norm: bool = MISSING  # a LayerNorm before each activation of the encoder (not impala_resnet)
 
 
 @dataclass

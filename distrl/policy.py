@@ -43,31 +43,42 @@ def _to_float_image(obs: torch.Tensor) -> torch.Tensor:
     return obs.contiguous(memory_format=torch.channels_last).to(dtype).div_(255.0)
 
 
-class _ConvEncoder(nn.Module):
-    """Convolutions, flattened, then a ReLU fully connected layer of ``feature_dim``."""
+def _activation(units: int, layer_norm: bool, conv: bool, activation: type[nn.Module] = nn.ReLU) -> list[nn.Module]:
+    """The activation after a layer of ``units`` units (channels for a convolution), with
+    ``layer_norm`` a LayerNorm before it: over each observation's channels and positions for a
+    convolution (``GroupNorm`` with one group, an affine per channel), over the units otherwise."""
+    norm = [nn.GroupNorm(1, units) if conv else nn.LayerNorm(units)] if layer_norm else []
+    return [*norm, activation()]
 
-    def __init__(self, convs: nn.Module, obs_shape: tuple[int, ...], feature_dim: int):
+
+class _ConvEncoder(nn.Module):
+    """Convolutions, flattened, then a ReLU fully connected layer of ``feature_dim`` (with
+    ``layer_norm`` a LayerNorm before the ReLU)."""
+
+    def __init__(self, convs: nn.Module, obs_shape: tuple[int, ...], feature_dim: int, layer_norm: bool = False):
         super().__init__()
         self.convs = convs
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
-        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), *_activation(feature_dim, layer_norm, conv=False))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(_to_float_image(obs)))
 
 
 class NatureCNN(_ConvEncoder):
-    """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015)."""
+    """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015); with ``layer_norm`` a
+    LayerNorm before every ReLU (Juliani and Ash 2024, "A Study of Plasticity Loss in On-Policy
+    Deep RL")."""
 
-    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int):
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, layer_norm: bool = False):
         convs = nn.Sequential(
-            nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(obs_shape[0], 32, 8, stride=4), *_activation(32, layer_norm, conv=True),
+            nn.Conv2d(32, 64, 4, stride=2), *_activation(64, layer_norm, conv=True),
+            nn.Conv2d(64, 64, 3, stride=1), *_activation(64, layer_norm, conv=True),
             nn.Flatten(),
         )
-        super().__init__(convs, obs_shape, feature_dim)
+        super().__init__(convs, obs_shape, feature_dim, layer_norm)
 
 
 class _ResidualBlock(nn.Module):
@@ -104,31 +115,32 @@ class MiniGridCNN(nn.Module):
     MiniGrid authors' rl-starter-files), then a ReLU fully connected layer. The indices are used as
     numbers, not divided by 255: they are object, colour and state ids of up to 10."""
 
-    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int):
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, layer_norm: bool = False):
         super().__init__()
         self.convs = nn.Sequential(
-            nn.Conv2d(obs_shape[0], 16, 2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 2), nn.ReLU(),
-            nn.Conv2d(32, 64, 2), nn.ReLU(),
+            nn.Conv2d(obs_shape[0], 16, 2), *_activation(16, layer_norm, conv=True), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 2), *_activation(32, layer_norm, conv=True),
+            nn.Conv2d(32, 64, 2), *_activation(64, layer_norm, conv=True),
             nn.Flatten(),
         )
         with torch.no_grad():
             n_flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
-        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), nn.ReLU())
+        self.fc = nn.Sequential(nn.Linear(n_flat, feature_dim), *_activation(feature_dim, layer_norm, conv=False))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(obs.float()))
 
 
 class MLP(nn.Module):
-    """``[N, D] float32`` -> ``[N, feature_dim]``: two tanh layers of ``hidden_dim``."""
+    """``[N, D] float32`` -> ``[N, feature_dim]``: two tanh layers of ``hidden_dim`` and ``feature_dim``
+    units (with ``layer_norm`` a LayerNorm before each tanh)."""
 
-    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, hidden_dim: int):
+    def __init__(self, obs_shape: tuple[int, ...], feature_dim: int, hidden_dim: int, layer_norm: bool = False):
         super().__init__()
         self.net = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(math.prod(obs_shape), hidden_dim), nn.Tanh(),
-            nn.Linear(hidden_dim, feature_dim), nn.Tanh(),
+            nn.Linear(math.prod(obs_shape), hidden_dim), *_activation(hidden_dim, layer_norm, False, nn.Tanh),
+            nn.Linear(hidden_dim, feature_dim), *_activation(feature_dim, layer_norm, False, nn.Tanh),
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -141,21 +153,26 @@ MIN_IMAGE_SIDE = {"nature_cnn": 36, "impala_resnet": 1, "minigrid_cnn": 7}
 
 
 def make_encoder(obs_shape: tuple[int, ...], cfg: DictConfig) -> nn.Module:
-    """The encoder named by ``cfg.encoder`` (nature_cnn | impala_resnet | minigrid_cnn | mlp).
+    """The encoder named by ``cfg.encoder`` (nature_cnn | impala_resnet | minigrid_cnn | mlp), with
+    ``cfg.layer_norm`` a LayerNorm before each activation (not for impala_resnet).
 
     Raises:
-        ValueError: unknown encoder name, or an image encoder on non-image observations.
+        ValueError: unknown encoder name, an image encoder on non-image observations, or
+            ``layer_norm`` with impala_resnet.
     """
     if cfg.encoder in IMAGE_ENCODERS and len(obs_shape) != 3:
         raise ValueError(f"model.encoder={cfg.encoder} needs [C, H, W] observations, got {obs_shape}")
+    layer_norm = bool(cfg.get("layer_norm", False))  # checkpoints written before model.layer_norm have none
     if cfg.encoder == "nature_cnn":
-        return NatureCNN(obs_shape, cfg.feature_dim)
+        return NatureCNN(obs_shape, cfg.feature_dim, layer_norm)
     if cfg.encoder == "impala_resnet":
+        if layer_norm:
+            raise ValueError("model.layer_norm=true: nature_cnn, minigrid_cnn or mlp, not impala_resnet")
         return ImpalaResNet(obs_shape, cfg.feature_dim)
     if cfg.encoder == "minigrid_cnn":
-        return MiniGridCNN(obs_shape, cfg.feature_dim)
+        return MiniGridCNN(obs_shape, cfg.feature_dim, layer_norm)
     if cfg.encoder == "mlp":
-        return MLP(obs_shape, cfg.feature_dim, cfg.hidden_dim)
+        return MLP(obs_shape, cfg.feature_dim, cfg.hidden_dim, layer_norm)
     raise ValueError(f"model.encoder={cfg.encoder!r}: use nature_cnn, impala_resnet, minigrid_cnn or mlp")
 
 

@@ -293,6 +293,8 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
     model = cfg.model
     _check(model.encoder in ENCODERS, "model.encoder", model.encoder, ", ".join(ENCODERS))
     _check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
+    _check(not (model.layer_norm and model.encoder == "impala_resnet"), "model.layer_norm", model.layer_norm,
+           "true only with model.encoder nature_cnn, minigrid_cnn or mlp (impala_resnet has none)")
     for key in ("feature_dim", "hidden_dim"):
         _positive_int(cfg, f"model.{key}")
     try:

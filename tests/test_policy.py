@@ -73,3 +73,43 @@ def test_the_previous_action_and_reward_count_within_an_episode_only():
         assert torch.equal(x[0], y[0])  # an episode's first step: nothing came before it
         assert not torch.allclose(x[1], y[1])  # later steps see the previous action and reward
         assert torch.equal(y[1], z[1])  # the reward is clipped to [-1, 1]
+
+
+def test_the_dormant_share_counts_units_whose_mean_activity_is_at_most_tau_of_the_layers():
+    """Sokar et al. 2023, Definition 3.1: 4 units with mean |activation| 0, 0.02, 1 and 2.98 (layer
+    mean 1): scores 0, 0.02, 1, 2.98, so tau=0 counts one, tau=0.025 two; a convolution's unit is
+    its channel, averaged over the positions too."""
+    from distrl.nn.dormant import dormant_fractions
+
+    linear = torch.nn.Sequential(torch.nn.Identity(), torch.nn.ReLU())
+    obs = torch.tensor([[0.0, 0.04, 1.0, 2.98], [0.0, 0.0, 1.0, 2.98]])  # unit means 0, 0.02, 1, 2.98
+    assert dormant_fractions(linear, obs, tau=0.0) == {"1": 0.25}
+    assert dormant_fractions(linear, obs) == {"1": 0.5}
+    conv = torch.zeros(2, 4, 3, 3)
+    conv[:, 2] = 1.0
+    conv[0, 3, 0, 0] = 5.0  # one position of one observation: the channel is alive
+    assert dormant_fractions(linear, conv, tau=0.0) == {"1": 0.5}
+    assert dormant_fractions(linear, torch.zeros(2, 4)) == {"1": 1.0}  # all silent: all dormant
+
+
+def test_layer_norm_puts_a_norm_before_every_activation_and_leaves_the_plain_networks_keys():
+    """model.layer_norm=false keeps the parameter names checkpoints have always had; true adds a
+    LayerNorm before each ReLU (a GroupNorm of one group for the convolutions), and the network runs
+    under bf16 autocast with bf16 weights as the actors run it."""
+    from distrl.policy import autocast, cast_matmul_weights
+
+    plain = DistributedActorLearner.from_config((4, 84, 84), 6, compose_train([]).model).learner
+    assert [k for k in plain.state_dict() if k.startswith("encoder")] == [
+        "encoder.convs.0.weight", "encoder.convs.0.bias", "encoder.convs.2.weight", "encoder.convs.2.bias",
+        "encoder.convs.4.weight", "encoder.convs.4.bias", "encoder.fc.0.weight", "encoder.fc.0.bias"]
+    normed = DistributedActorLearner.from_config((4, 84, 84), 6, compose_train(["model.layer_norm=true"]).model).learner
+    norms = [m for m in normed.encoder.modules() if isinstance(m, (torch.nn.GroupNorm, torch.nn.LayerNorm))]
+    assert [type(m).__name__ for m in norms] == ["GroupNorm"] * 3 + ["LayerNorm"]
+    obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    first = torch.zeros(2, 3, dtype=torch.bool)
+    features = normed.encoder.fc[:2](normed.encoder.convs(obs.flatten(0, 1).float() / 255))
+    torch.testing.assert_close(features.mean(-1), torch.zeros(6), atol=1e-5, rtol=0)  # normalised per observation
+    cast_matmul_weights(normed, torch.bfloat16)
+    with autocast("bf16"):
+        logits, values, _ = normed(obs, first)
+    assert logits.shape == (2, 3, 6) and torch.isfinite(logits).all() and torch.isfinite(values).all()

@@ -52,6 +52,12 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
         ms = {name: r[f"perf/learner_{name}_ms"] for name in ("wait", "gather", "step", "publish")}
         assert all(value >= 0 for value in ms.values()) and ms["step"] > 0 and ms["publish"] > 0, ms
     assert {"perf/learner_wait_ms", "perf/learner_step_ms"} <= tags
+    # the encoder's dormant units, with every 5th log record and the last: a share per activation layer
+    dormant = [r for r in logged if any(key.startswith("dormant/") for key in r)]
+    assert dormant and dormant[-1]["agent_steps"] >= num_train_steps
+    shares = {key: value for key, value in dormant[-1].items() if key.startswith("dormant/")}
+    assert len(shares) >= 2 and all(0.0 <= value <= 1.0 for value in shares.values()), shares
+    assert set(shares) <= tags
     # SPS is the agent steps between two log lines over the seconds between them
     sps = [r for r in logged if "charts/SPS" in r]
     assert sps  # (a short, fast run may log once: its first tick can already be past the budget)

@@ -100,6 +100,7 @@ class Learner:
         self.network = torch.compile(policy.learner) if compile else policy.learner
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
+        self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
         # What the learner threads call for an update, and an optimizer step for the loss: these
         # methods, or a DistributedAgent subclass's overrides (distrl.api)
         self.update_fn: Callable[..., dict] = self.update
@@ -150,6 +151,7 @@ class Learner:
         """
         with self.lock:
             position = self.position
+            self.last_obs = batch["obs"]
             intrinsic = {}
             if self.intrinsic is not None:
                 raw, normalised = self.intrinsic.rewards(batch)
