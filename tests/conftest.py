@@ -34,7 +34,8 @@ TINY_CARTPOLE = [
 
 # The shared Pong run of the suite (the ``pong_run`` fixture): the previous action and reward as
 # inputs, LayerNorm in the encoder, async stepping, two learners on the fewest slots validation
-# accepts (2 x 2 envs + 4 x 2), bf16 arithmetic (on any CPU), an evaluation at 500 agent steps (so a best.pt) and at the end.
+# accepts (2 x 2 envs + 4 x 2), bf16 arithmetic (on any CPU), an evaluation at 500 agent steps (so
+# a best.pt) and at the end.
 PONG_RUN = [*TINY_PONG, "model.last_action_reward=true", "model.layer_norm=true", "env.async_step=true",
             "num_learners=2", "num_storages=12",
             "precision=bf16",
