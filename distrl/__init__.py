@@ -7,40 +7,42 @@ The Python API, distrl's own::
     trainer = DistributedTrainer(cfg, run_dir="outputs/api-run")
     trainer.train()
 
-and the seeds' shapes (:mod:`distrl.api`, docs/api.md): rllte's ``DistributedAgent``, ``IMPALA`` and
-``DistributedActorLearner``, Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)``, rlpack's
-``SimulatorDistributed``.
+and the seeds' shapes (:mod:`distrl.compat`, docs/api.md): rllte's ``DistributedAgent``, ``IMPALA``
+and ``DistributedActorLearner``, Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)``,
+rlpack's ``SimulatorDistributed``.
+
+The package, by role (each imports only the ones below it): ``cli`` and ``compat`` (entry points)
+-> ``engine`` (the data path and what runs it) -> ``config`` (schema, composition, validation, the
+host) -> ``agents``, ``nn``, ``intrinsic``, ``envs`` -> ``rollout``, ``utils``.
 """
 
-__version__ = "0.1.0"
+from distrl.config.schema import register_configs as _register_configs
+from distrl.version import __version__
 
 # The config schemas live in Hydra's ConfigStore: registered on import, so that a config composed
 # with Hydra's own API (hydra.initialize_config_module("distrl.conf") and compose("train", ...)) finds
 # them; importing distrl.conf imports this package first.
-from distrl.config import register_configs as _register_configs  # noqa: E402
-
 _register_configs()
 
 __all__ = ["IMPALA", "DistributedActorLearner", "DistributedAgent", "DistributedTrainer", "SimulatorDistributed",
-           "compose_config"]
+           "__version__", "compose_config"]
+
+# name -> (module, attribute): imported on first use (PEP 562), so that `distrl --help`, shell
+# completion and config errors answer without importing torch
+_LAZY = {
+    "DistributedTrainer": ("distrl.compat.hsuanwu", "DistributedTrainer"),
+    "DistributedActorLearner": ("distrl.compat.rllte", "DistributedActorLearner"),
+    "DistributedAgent": ("distrl.compat.rllte", "DistributedAgent"),
+    "IMPALA": ("distrl.compat.rllte", "IMPALA"),
+    "SimulatorDistributed": ("distrl.compat.rlpack", "SimulatorDistributed"),
+    "compose_config": ("distrl.config.compose", "compose_config"),
+}
 
 
 def __getattr__(name: str):
-    # Imported on first use, so that `distrl --help` and config errors stay fast (no torch import).
-    if name == "DistributedTrainer":
-        from distrl.engine.trainer import DistributedTrainer
+    if name not in _LAZY:
+        raise AttributeError(f"module 'distrl' has no attribute {name!r}")
+    import importlib
 
-        return DistributedTrainer
-    if name == "DistributedActorLearner":
-        from distrl.policy import DistributedActorLearner
-
-        return DistributedActorLearner
-    if name in ("DistributedAgent", "IMPALA", "SimulatorDistributed"):
-        from distrl import api
-
-        return getattr(api, name)
-    if name == "compose_config":
-        from distrl.config import compose_config
-
-        return compose_config
-    raise AttributeError(f"module 'distrl' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    return getattr(importlib.import_module(module), attribute)

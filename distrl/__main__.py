@@ -2,7 +2,7 @@
 
 import sys
 
-from distrl.cli import main
+from distrl.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -47,8 +47,8 @@ import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
-from distrl.config import compose_config
-from distrl.engine.placement import plan
+from distrl.config.compose import compose_config
+from distrl.config.placement import plan
 
 
 # ---------------------------------------------------------------- E and I workers (spawned)
@@ -87,7 +87,8 @@ def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: di
                       precision: str, warmup: float, seconds: float, out) -> None:
     from distrl.engine.actor import pin_process
     from distrl.engine.evaluator import inference_copy
-    from distrl.policy import ActorCritic, autocast
+    from distrl.nn.actor_critic import ActorCritic
+    from distrl.nn.precision import autocast
 
     pin_process(cores)
     torch.set_num_threads(1)
@@ -141,13 +142,14 @@ def bench_inference(cfg, spec, args) -> float:
 # ---------------------------------------------------------------- S: real actors, null learner
 def bench_sampling(cfg, spec, args) -> float:
     from distrl.engine.actor import actor_contexts, run_actor
+    from distrl.engine.actor_learner import DistributedActorLearner
     from distrl.engine.shared import Channels
-    from distrl.engine.storage import RolloutLayout, RolloutStorage
-    from distrl.policy import DistributedActorLearner
+    from distrl.engine.storage import RolloutStorage
+    from distrl.rollout import RolloutLayout
 
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
-    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)
+    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze(actor_precision=placement.actor_precision)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
     channels = Channels.create(storage, ctx, placement.num_actors)
@@ -194,16 +196,17 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
 
 
 def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float, out) -> None:
+    from distrl.engine.actor_learner import DistributedActorLearner
     from distrl.engine.learner import Learner, make_optimizer
     from distrl.engine.schedule import Schedule
-    from distrl.engine.storage import RolloutLayout, RolloutStorage
-    from distrl.policy import DistributedActorLearner
+    from distrl.engine.storage import RolloutStorage
+    from distrl.rollout import RolloutLayout
 
     cfg = OmegaConf.create(cfg_dict)
     placement = plan(cfg)
     torch.set_num_threads(placement.learner_threads)
     device = placement.device
-    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model).to(device)
+    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
     policy.freeze(actor_precision=placement.actor_precision)
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)
@@ -393,7 +396,7 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
 
 
 def _bf16_flags() -> list[str]:
-    from distrl.host import cpu_bf16_flags
+    from distrl.config.host import cpu_bf16_flags
 
     return list(cpu_bf16_flags())
 

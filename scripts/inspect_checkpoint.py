@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from distrl.checkpoint import load_checkpoint
 from distrl.envs import make_vector_env
-from distrl.policy import ActorCritic
+from distrl.nn.actor_critic import ActorCritic
+from distrl.utils.checkpoint import load_checkpoint
 
 
 def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:

@@ -15,7 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from distrl.config import config_dir, register_configs
+from distrl.config.schema import config_dir, register_configs
 
 REPO = Path(__file__).resolve().parent.parent
 DISTRL = [sys.executable, "-m", "distrl"]

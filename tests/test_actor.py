@@ -18,12 +18,13 @@ import torch
 import torch.multiprocessing as mp
 from conftest import compose_train
 
+from distrl.config.placement import plan
 from distrl.engine.actor import act, actor_contexts
-from distrl.engine.placement import plan
+from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.engine.shared import Channels
-from distrl.engine.storage import RolloutLayout, RolloutStorage
+from distrl.engine.storage import RolloutStorage
 from distrl.envs import env_spec
-from distrl.policy import DistributedActorLearner
+from distrl.rollout import RolloutLayout
 
 T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 
@@ -33,7 +34,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
     cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1", "precision=fp32"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
-    policy = DistributedActorLearner.from_config(spec.obs_shape, spec.num_actions, cfg.model)
+    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
     policy.freeze()
     ctx = mp.get_context("spawn")
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)

@@ -8,7 +8,7 @@ from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_poli
 
 from distrl.agents import AppoLoss, ImpalaLoss, make_loss
 from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss
-from distrl.policy import DistributedActorLearner
+from distrl.engine.actor_learner import DistributedActorLearner
 
 
 def test_the_clipped_surrogate_stops_the_gradient_outside_the_clip_on_the_advantages_side():
@@ -39,7 +39,7 @@ def _appo(overrides=()):
     cfg = compose_train(["experiment=cartpole", "agent=appo", f"agent.discount={GAMMA}", "agent.trace_lambda=1.0",
                          "agent.num_minibatches=1", *overrides])
     torch.manual_seed(0)
-    policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
     return learner_for(cfg, policy), policy
 

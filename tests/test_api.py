@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from distrl.checkpoint import load_checkpoint
+from distrl.utils.checkpoint import load_checkpoint
 
 
 def readme_example() -> str:
@@ -32,7 +32,7 @@ def test_the_readme_example_trains_tests_and_saves(tmp_path):
 
 def test_a_bad_value_fails_with_the_commands_message():
     from distrl import compose_config
-    from distrl.config import ConfigError
+    from distrl.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"^batch_size=0 is not allowed"):
         compose_config(["batch_size=0"])

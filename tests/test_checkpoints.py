@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import PONG_RUN, REPO, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, run_distrl
 
-from distrl.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 from distrl.engine.trainer import DistributedTrainer
+from distrl.utils.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 
 # Written by distrl at 751cbb7 (before the learning-rate schedule was derived from the update count;
 # it holds a ``scheduler`` entry): CartPole, 1 actor x 2 envs, T=20, B=4, 800 agent steps, 10 updates.

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, DistrlProcess, Finished, finish_all
 
-from distrl import cli
-from distrl.runlock import RunLock
+from distrl.cli import main as cli
+from distrl.utils.runlock import RunLock
 
 OLD_CHECKPOINT = REPO / "tests" / "data" / "cartpole-751cbb7.pt"
 

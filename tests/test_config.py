@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import compose_train
 
-from distrl.config import ConfigError, config_dir
-from distrl.engine.placement import plan
-from distrl.validation import validate
+from distrl.config.placement import plan
+from distrl.config.schema import ConfigError, config_dir
+from distrl.config.validation import validate
 
 CONF = Path(config_dir())
 
@@ -84,11 +84,11 @@ def test_every_default_lives_in_the_yaml_alone():
     """The dataclasses give types only: every field of every schema is MISSING."""
     import dataclasses
 
-    from distrl import config
+    from distrl.config import schema as config
 
     schemas = [config.AtariEnvConfig, config.GymEnvConfig, config.AgentConfig, config.ModelConfig,
                config.TrainBlock, config.TrainConfig, config.EvalEnvOverrides, config.EvalConfig,
-               config.DistributedConfig]
+               config.DistributedConfig, config.AppoConfig]
     for schema in schemas:
         for f in dataclasses.fields(schema):
             assert f.default == "???" and f.default_factory is dataclasses.MISSING, f"{schema.__name__}.{f.name}"

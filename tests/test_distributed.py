@@ -13,8 +13,8 @@ import pytest
 from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from distrl.checkpoint import load_checkpoint
 from distrl.engine.trainer import DistributedTrainer
+from distrl.utils.checkpoint import load_checkpoint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # one actor per rank: two ranks share the 2 cores of a small machine

@@ -88,10 +88,10 @@ def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path)
 def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
     from conftest import compose_train
 
-    from distrl.config import ConfigError
+    from distrl.config.schema import ConfigError
+    from distrl.config.validation import validate
     from distrl.envs import env_spec, make_vector_env
-    from distrl.policy import ActorCritic
-    from distrl.validation import validate
+    from distrl.nn.actor_critic import ActorCritic
 
     cfg = compose_train(["experiment=minigrid", "env.id=MiniGrid-DoorKey-16x16-v0"])
     validate(cfg)

@@ -19,9 +19,9 @@ import pytest
 import torch
 from conftest import TINY_CARTPOLE, DistrlProcess, compose_train, run_distrl
 
-from distrl.checkpoint import load_checkpoint
 from distrl.engine import supervisor
 from distrl.engine.trainer import DistributedTrainer, Stalled, TrainingError
+from distrl.utils.checkpoint import load_checkpoint
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 

@@ -6,7 +6,7 @@ import sys
 
 from conftest import REPO, TINY_CARTPOLE, run_distrl
 
-from distrl.checkpoint import load_checkpoint
+from distrl.utils.checkpoint import load_checkpoint
 
 
 def test_wheel_install_runs_from_another_directory(tmp_path):

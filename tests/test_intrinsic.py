@@ -8,10 +8,10 @@ import torch
 from conftest import assert_actor_holds, compose_train
 from test_learner import learner_for, on_policy_batch
 
-from distrl.config import ConfigError
+from distrl.config.schema import ConfigError
+from distrl.config.validation import validate
+from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
-from distrl.policy import DistributedActorLearner
-from distrl.validation import validate
 
 T, B = 8, 4
 
@@ -128,7 +128,7 @@ def test_a_module_state_resumes_exactly(name):
 def _learner(overrides: list[str]):
     cfg = compose_train(["experiment=cartpole", *overrides])
     torch.manual_seed(0)
-    policy = DistributedActorLearner.from_config((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
+    policy = DistributedActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
     policy.freeze()
     module = make_intrinsic((4,), cfg.intrinsic)
     learner = learner_for(cfg, policy)
@@ -228,8 +228,8 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     keeping the module with ``intrinsic=rnd`` and dropping it with ``intrinsic=none``."""
     import json
 
-    from distrl.checkpoint import load_checkpoint
     from distrl.engine.trainer import DistributedTrainer
+    from distrl.utils.checkpoint import load_checkpoint
 
     run = tmp_path / "pretrain"
     common = ["experiment=sparse_chain", "num_actors=1", "train.num_eval_episodes=0", "train.log_interval=1000"]
@@ -264,10 +264,10 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
 
 def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):
     cfg = compose_train(["experiment=sparse_chain"])
-    policy = DistributedActorLearner.from_config((40,), 2, cfg.model)
+    policy = DistributedActorLearner((40,), 2, cfg.model)
     first = policy.save(tmp_path, pretraining=True, global_step=5000)
     second = policy.save(tmp_path, pretraining=False, global_step=8000)
     assert (first.name, second.name) == ("pretrained_5000.pth", "agent_8000.pth")
-    other = DistributedActorLearner.from_config((40,), 2, cfg.model)
+    other = DistributedActorLearner((40,), 2, cfg.model)
     other.load(str(first), "cpu")
     assert_actor_holds(other.actor.state_dict(), policy.learner.state_dict())

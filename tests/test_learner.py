@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import compose_train
 
+from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.engine.learner import Learner, make_optimizer
 from distrl.engine.schedule import Schedule
-from distrl.policy import DistributedActorLearner
 
 T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9
 
@@ -32,7 +32,7 @@ def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int
 def make():
     cfg = compose_train(["experiment=cartpole", f"agent.discount={GAMMA}"])
     torch.manual_seed(0)
-    policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
     return learner_for(cfg, policy), policy
 
@@ -121,7 +121,7 @@ def test_normalize_advantages_standardises_the_policy_gradients_advantages_over_
         cfg = compose_train(["experiment=cartpole", f"agent.discount={GAMMA}",
                              f"agent.normalize_advantages={normalize}"])
         torch.manual_seed(0)
-        policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+        policy = DistributedActorLearner((OBS,), A, cfg.model)
         policy.freeze()
         batch = on_policy_batch(policy)
         with torch.no_grad():
@@ -141,7 +141,7 @@ def test_normalize_advantages_standardises_the_policy_gradients_advantages_over_
 def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
     W, N = 5 * T * B, 20 * T * B  # warm-up over 5 updates, budget of 20 updates
     cfg = compose_train(["experiment=cartpole", f"agent.lr_warmup_steps={W}"])
-    policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
     learner = learner_for(cfg, policy, N)
     rates = [learner.update(on_policy_batch(policy, seed))["learning_rate"] for seed in range(20)]
@@ -153,7 +153,7 @@ def test_a_schedule_of_points_holds_the_entropy_cost_then_ramps_it_to_the_last_f
     """``[[2TB, 1.0], [6TB, 0.2]]``: the update at k x T x B agent steps uses ``entropy_cost`` times
     1 up to 2 updates in, then 0.8, 0.6, 0.4, then 0.2 for good."""
     cfg = compose_train(["experiment=cartpole", f"agent.entropy_schedule=[[{2 * T * B},1.0],[{6 * T * B},0.2]]"])
-    policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+    policy = DistributedActorLearner((OBS,), A, cfg.model)
     policy.freeze()
     learner = learner_for(cfg, policy, 100 * T * B)
     costs = [learner.update(on_policy_batch(policy, seed))["entropy_cost"] for seed in range(9)]
@@ -168,7 +168,7 @@ def test_epochs_are_optimizer_steps_on_the_same_batch_with_one_schedule_step():
     def build(epochs: int):
         cfg = compose_train(["experiment=cartpole", f"agent.num_epochs={epochs}"])
         torch.manual_seed(0)
-        policy = DistributedActorLearner.from_config((OBS,), A, cfg.model)
+        policy = DistributedActorLearner((OBS,), A, cfg.model)
         policy.freeze()
         return learner_for(cfg, policy, 10 * T * B), policy  # the lr falls by a tenth an update
 
@@ -210,7 +210,7 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
             frames.append(torch.from_numpy(obs))
     finally:
         env.close()
-    policy = DistributedActorLearner.from_config(tuple(frames[0].shape[1:]), 6, cfg.model)
+    policy = DistributedActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
     policy.freeze()
     learner = Learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
                       torch.device("cpu"))

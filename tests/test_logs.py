@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
+from distrl.engine.logs import MAX_MESSAGE_BYTES, ActorLogWriter, log_to_queue
 from distrl.engine.shared import MessageQueue
-from distrl.logs import MAX_MESSAGE_BYTES, ActorLogWriter, log_to_queue
-from distrl.telemetry import Telemetry
+from distrl.utils.telemetry import Telemetry
 
 CTX = multiprocessing.get_context("fork")  # the child runs no torch code
 

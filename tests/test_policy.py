@@ -4,12 +4,12 @@ import pytest
 import torch
 from conftest import compose_train
 
-from distrl.policy import DistributedActorLearner
+from distrl.engine.actor_learner import DistributedActorLearner
 
 
 def make(model: str, obs_shape):
     cfg = compose_train([f"model={model}", "experiment=cartpole" if model == "mlp" else "env=atari"])
-    return DistributedActorLearner.from_config(obs_shape, 6, cfg.model)
+    return DistributedActorLearner(obs_shape, 6, cfg.model)
 
 
 def test_actor_and_learner_copies(tmp_path):
@@ -60,7 +60,7 @@ def test_every_encoder_runs_an_unroll():
 
 def test_the_previous_action_and_reward_count_within_an_episode_only():
     cfg = compose_train(["env=atari", "model.last_action_reward=true"])
-    net = DistributedActorLearner.from_config((4, 84, 84), 6, cfg.model).learner
+    net = DistributedActorLearner((4, 84, 84), 6, cfg.model).learner
     obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
     first = torch.tensor([[True, True, True], [False, False, False]])
     with pytest.raises(ValueError, match="last_action"):
@@ -96,13 +96,13 @@ def test_layer_norm_puts_a_norm_before_every_activation_and_leaves_the_plain_net
     """model.layer_norm=false keeps the parameter names checkpoints have always had; true adds a
     LayerNorm before each ReLU (a GroupNorm of one group for the convolutions), and the network runs
     under bf16 autocast with bf16 weights as the actors run it."""
-    from distrl.policy import autocast, cast_matmul_weights
+    from distrl.nn.precision import autocast, cast_matmul_weights
 
-    plain = DistributedActorLearner.from_config((4, 84, 84), 6, compose_train([]).model).learner
+    plain = DistributedActorLearner((4, 84, 84), 6, compose_train([]).model).learner
     assert [k for k in plain.state_dict() if k.startswith("encoder")] == [
         "encoder.convs.0.weight", "encoder.convs.0.bias", "encoder.convs.2.weight", "encoder.convs.2.bias",
         "encoder.convs.4.weight", "encoder.convs.4.bias", "encoder.fc.0.weight", "encoder.fc.0.bias"]
-    normed = DistributedActorLearner.from_config((4, 84, 84), 6, compose_train(["model.layer_norm=true"]).model).learner
+    normed = DistributedActorLearner((4, 84, 84), 6, compose_train(["model.layer_norm=true"]).model).learner
     norms = [m for m in normed.encoder.modules() if isinstance(m, (torch.nn.GroupNorm, torch.nn.LayerNorm))]
     assert [type(m).__name__ for m in norms] == ["GroupNorm"] * 3 + ["LayerNorm"]
     obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)

@@ -9,14 +9,15 @@ import torch
 import torch.nn.functional as F
 from conftest import compose_train
 
-from distrl import host
-from distrl.config import ConfigError
+from distrl.config import host
+from distrl.config.placement import plan
+from distrl.config.schema import ConfigError
+from distrl.config.validation import validate
+from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.engine.learner import Learner, make_optimizer
-from distrl.engine.placement import plan
 from distrl.engine.schedule import Schedule
 from distrl.envs import make_vector_env
-from distrl.policy import DistributedActorLearner, autocast
-from distrl.validation import validate
+from distrl.nn.precision import autocast
 
 
 @pytest.mark.parametrize("flags, expected", [(("avx512_bf16",), "bf16"), (("amx_bf16",), "bf16"), ((), "fp32")])
@@ -55,7 +56,7 @@ def _pong_batch(T: int = 20, B: int = 4) -> dict:
 def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
     cfg = compose_train(["env=atari"])
     torch.manual_seed(0)
-    policy = DistributedActorLearner.from_config((4, 84, 84), 6, cfg.model)
+    policy = DistributedActorLearner((4, 84, 84), 6, cfg.model)
     with torch.no_grad():  # logits of a trained policy's size (the initial head gives ~0.01)
         policy.learner.policy.weight.mul_(1000.0)
     policy.freeze()
@@ -100,7 +101,7 @@ def test_the_actors_bf16_copy_acts_exactly_as_autocast_on_the_learners_weights()
     is what the fp32 weights give under autocast, to the bit, before and after a publish."""
     cfg = compose_train(["env=atari", "model.use_lstm=true", "model.last_action_reward=true"])
     torch.manual_seed(0)
-    policy = DistributedActorLearner.from_config((4, 84, 84), 6, cfg.model)
+    policy = DistributedActorLearner((4, 84, 84), 6, cfg.model)
     policy.freeze(actor_precision="bf16")
     assert policy.actor.encoder.fc[0].weight.dtype == policy.actor.policy.bias.dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in policy.actor.core.parameters())  # the LSTM stays fp32
@@ -125,7 +126,7 @@ def test_the_actors_bf16_copy_acts_exactly_as_autocast_on_the_learners_weights()
 
 
 def test_frames_become_bf16_directly_under_autocast_with_the_values_of_the_float32_path():
-    from distrl.policy import _to_float_image
+    from distrl.nn.encoders import _to_float_image
 
     frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     assert _to_float_image(frames).dtype == torch.float32

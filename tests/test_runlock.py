@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from distrl.runlock import RunDirectoryBusy, RunLock
+from distrl.utils.runlock import RunDirectoryBusy, RunLock
 
 HOLD = """
 import sys, time
-from distrl.runlock import RunLock
+from distrl.utils.runlock import RunLock
 lock = RunLock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)

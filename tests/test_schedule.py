@@ -3,7 +3,7 @@
 import pytest
 from conftest import compose_train
 
-from distrl.engine.placement import plan
+from distrl.config.placement import plan
 from distrl.engine.schedule import Every, Schedule, Throughput, piecewise_factor
 
 

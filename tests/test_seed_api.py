@@ -1,4 +1,4 @@
-"""The seeds' Python API shapes (distrl/api.py, docs/api.md): rllte's IMPALA / DistributedAgent and
+"""The seeds' Python API shapes (distrl/compat/, docs/api.md): rllte's IMPALA / DistributedAgent and
 DistributedActorLearner, Hsuanwu's DistributedTrainer(cfgs, train_env, test_env), rlpack's
 SimulatorDistributed, and envs passed as objects."""
 
@@ -12,8 +12,8 @@ import torch
 from conftest import DISTRL
 
 from distrl import IMPALA, DistributedActorLearner, DistributedAgent, DistributedTrainer, SimulatorDistributed
-from distrl.config import ConfigError
-from distrl.envs.objects import EnvObjectError
+from distrl.compat.env_objects import EnvObjectError
+from distrl.config.schema import ConfigError
 
 
 def short_cartpole(limit: int) -> gym.Env:

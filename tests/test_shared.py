@@ -10,8 +10,10 @@ import time
 import pytest
 import torch
 
-from distrl.engine.shared import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, max_indices
-from distrl.engine.storage import RolloutLayout, RolloutStorage, drain
+from distrl.config.host import max_indices
+from distrl.engine.shared import PIPE_BUF, IndexQueue, MessageQueue, SharedValue
+from distrl.engine.storage import RolloutStorage, drain
+from distrl.rollout import RolloutLayout
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
 

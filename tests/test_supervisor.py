@@ -10,12 +10,13 @@ import time
 import pytest
 import torch
 
-from distrl.distributed import CollectiveFailed
 from distrl.engine.actor import ActorContext
+from distrl.engine.distributed import CollectiveFailed
 from distrl.engine.learner import LearnerStats
 from distrl.engine.shared import Channels
-from distrl.engine.storage import RolloutLayout, RolloutStorage
+from distrl.engine.storage import RolloutStorage
 from distrl.engine.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
+from distrl.rollout import RolloutLayout
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import DistrlProcess, finish_all, run_distrl
 
-from distrl.host import core_share
-from distrl.sweeps import INTERRUPTED_MARK, claim_share
+from distrl.cli.sweeps import INTERRUPTED_MARK, claim_share
+from distrl.config.host import core_share
 
 SWEEP = ["train", "-m", "experiment=cartpole", "hydra/launcher=joblib", "train.log_interval=1000"]
 

@@ -12,8 +12,8 @@ import torch
 from conftest import TINY_CARTPOLE, TINY_PONG, compose_train, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from distrl.checkpoint import load_checkpoint
 from distrl.engine.trainer import DistributedTrainer
+from distrl.utils.checkpoint import load_checkpoint
 
 
 def scalars(run_dir: Path) -> EventAccumulator:

@@ -11,8 +11,8 @@ import struct
 import pytest
 from conftest import compose_train, run_distrl
 
-from distrl.config import ConfigError
-from distrl.validation import validate
+from distrl.config.schema import ConfigError
+from distrl.config.validation import validate
 
 RUN = ["train", "experiment=cartpole", "train.log_interval=1000", "train.num_eval_episodes=2", "logger=wandb",
        "logger.tags=[test]"]

@@ -1,9 +1,9 @@
 """What every agent's loss shares: the batch's rows, V-trace's targets for one or two value heads,
 and the split of a batch into minibatches.
 
-A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`STEPS`) are the steps the loss is computed on and
-row ``T`` (:data:`BOOTSTRAP`) the observation whose value bootstraps the unroll (the layout is
-:mod:`distrl.engine.storage`'s). An agent is a subclass of :class:`AgentLoss` whose ``__call__``
+A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`distrl.rollout.STEPS`) are the steps the loss is
+computed on and row ``T`` (:data:`distrl.rollout.BOOTSTRAP`) the observation whose value bootstraps
+the unroll (:mod:`distrl.rollout`). An agent is a subclass of :class:`AgentLoss` whose ``__call__``
 turns the network's outputs on a (mini)batch into ``(total, policy, value, entropy)``; the learner
 (:mod:`distrl.engine.learner`) runs the network, makes ``num_epochs x num_minibatches`` optimizer
 steps per batch and never looks inside the loss.
@@ -17,9 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from distrl.agents import vtrace
-
-STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
-BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll
+from distrl.rollout import BOOTSTRAP, STEPS
 
 # Keys of a batch with one value per unroll rather than per row: ``[B]`` or ``[1, B, H]``.
 PER_UNROLL_DIM = {"policy_version": 0, "core_h": 1, "core_c": 1}

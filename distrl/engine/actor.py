@@ -2,11 +2,11 @@
 files of :mod:`distrl.engine`).
 
 Each actor steps ``envs_per_actor`` environments with one batched forward pass of the shared-memory
-actor copy of the network per step (:func:`distrl.policy.step_policy`) and writes each
+actor copy of the network per step (:func:`distrl.nn.actor_critic.step_policy`) and writes each
 environment's unroll into its own storage slot. It uses one torch thread, never touches CUDA,
 ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through ``stop_event``), exits when its
 parent is gone, and returns the slots it holds to the free queue on the way out. Its log records go
-to the trainer through a queue (:mod:`distrl.logs`).
+to the trainer through a queue (:mod:`distrl.engine.logs`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from distrl.engine.logs import log_to_queue
 from distrl.engine.shared import PIPE_BUF, Channels
-from distrl.engine.storage import ACTED_KEYS, NO_OWNER, STEPPED_KEYS, RolloutStorage
-from distrl.envs import env_seed
-from distrl.policy import AgentState, StepInputs, final_values, step_policy
+from distrl.engine.storage import NO_OWNER, RolloutStorage
+from distrl.envs import VectorStepper, env_seed, final_observations, make_vector_env
+from distrl.nn.actor_critic import AgentState, StepInputs, final_values, step_policy
+from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class ActorContext:
 
     Attributes:
         env_cfg: the ``env`` config node as a plain dict, ``async_step`` resolved
-            (:class:`distrl.engine.placement.Placement`); no Hydra objects in children.
+            (:class:`distrl.config.placement.Placement`); no Hydra objects in children.
         num_steps: unroll length T.
         num_envs: environments stepped by this actor.
         seed: seed of this actor's first environment (:func:`distrl.envs.env_seed`).
@@ -51,7 +53,7 @@ class ActorContext:
         log_level: logging level name for this process.
         cpu_affinity: the cores this process (and the env threads it starts) may run on, or
             None to leave it to the OS.
-        precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.policy.autocast`);
+        precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`);
             the stored behaviour logits and baselines are float32 either way.
     """
 
@@ -101,8 +103,6 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
     SIGINT, SIGTERM and SIGUSR1 are ignored (they are for the trainer, which stops actors in
     order through ``stop_event``; a terminal's Ctrl-C and a cluster's SIGTERM reach the whole
     process group)."""
-    from distrl.logs import log_to_queue
-
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     pin_process(ctx.cpu_affinity)
@@ -143,8 +143,6 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     """
     from omegaconf import OmegaConf
 
-    from distrl.envs import VectorStepper, make_vector_env
-
     env_cfg = OmegaConf.create(ctx.env_cfg)
     model = ctx.model
     env = VectorStepper(make_vector_env(env_cfg, ctx.num_envs, num_threads=1,
@@ -181,8 +179,6 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
 
 
 def _final_obs(info: dict, truncated: np.ndarray) -> torch.Tensor:
-    from distrl.envs import final_observations
-
     return torch.from_numpy(np.asarray(final_observations(info, truncated)))
 
 

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from distrl.envs import eval_seed, make_vector_env
-from distrl.policy import ActorCritic, AgentState, cast_matmul_weights, step_policy
+from distrl.envs import eval_seed, make_render_env, make_vector_env
+from distrl.nn.actor_critic import ActorCritic, AgentState, step_policy
+from distrl.nn.precision import cast_matmul_weights
 
 MAX_PARALLEL_ENVS = 16
 
@@ -41,7 +42,7 @@ class EvalResult:
 
 def inference_copy(model: ActorCritic, device: torch.device | str, precision: str) -> ActorCritic:
     """A copy of ``model`` on ``device`` in eval mode, with its matrix products' weights in bf16 for
-    ``bf16`` (:func:`distrl.policy.cast_matmul_weights`: what autocast computes, cast once)."""
+    ``bf16`` (:func:`distrl.nn.precision.cast_matmul_weights`: what autocast computes, cast once)."""
     frozen = copy.deepcopy(model).to(device).eval()
     cast_matmul_weights(frozen, torch.bfloat16 if precision == "bf16" else torch.float32)
     return frozen
@@ -61,7 +62,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         deterministic: greedy actions instead of sampling from the policy.
         stop: polled every step; when it returns True the episodes finished so far are returned.
         device: where the frozen copy runs its forward passes.
-        precision: ``fp32`` or ``bf16`` (:func:`distrl.policy.autocast`).
+        precision: ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`).
     """
     frozen = inference_copy(model, device, precision)
     num_envs = min(num_episodes, MAX_PARALLEL_ENVS)
@@ -105,8 +106,6 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
     so the scores are comparable to :func:`evaluate`'s.
     """
     import imageio.v2 as imageio
-
-    from distrl.envs import make_render_env
 
     frozen = inference_copy(model, device, precision)
     env = make_render_env(env_cfg)

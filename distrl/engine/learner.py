@@ -19,18 +19,18 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from omegaconf import DictConfig
 
 from distrl.agents import make_loss
-from distrl.distributed import Ranks
+from distrl.engine.actor_learner import DistributedActorLearner
+from distrl.engine.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import RolloutStorage
 from distrl.intrinsic import IntrinsicReward
-from distrl.policy import DistributedActorLearner, autocast
+from distrl.nn.precision import autocast
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Learner:
         device: the learner copy's device.
         compile: wrap the learner network in ``torch.compile``.
         ranks: with several ranks, gradients are averaged across them before every step
-            (:mod:`distrl.distributed`).
+            (:mod:`distrl.engine.distributed`).
         intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
         pretraining: the extrinsic reward is left out of the loss (reward-free training).
         precision: ``bf16``: the network's forward under ``torch.autocast`` in bfloat16 (the weights,
@@ -74,10 +74,10 @@ class Learner:
             clip are fp32); ``fp32``: no autocast.
 
     Attributes:
-        update_fn: what a learner thread calls for one update, ``(batch, stop) -> dict`` like
-            :meth:`update` (the default); :class:`distrl.api.DistributedAgent` puts its ``update`` here.
-        loss_fn: the loss of an optimizer step, ``(batch, entropy_cost, intrinsic_coef) -> (total,
-            policy, value, entropy)`` like :meth:`loss` (the default).
+        hook: a :class:`LearnerHook` whose ``update`` a learner thread calls for each batch and whose
+            ``loss`` each optimizer step calls, instead of :meth:`update` and :meth:`loss`; None: these
+            (:class:`distrl.compat.rllte.DistributedAgent` sets itself, so that a subclass's overrides
+            run in the learner).
         agent_loss: the agent's loss (:func:`distrl.agents.make_loss` of ``agent``).
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
             the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
@@ -101,10 +101,8 @@ class Learner:
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
-        # What the learner threads call for an update, and an optimizer step for the loss: these
-        # methods, or a DistributedAgent subclass's overrides (distrl.api)
-        self.update_fn: Callable[..., dict] = self.update
-        self.loss_fn: Callable[..., tuple[torch.Tensor, ...]] = self.loss
+        self.hook: LearnerHook | None = None
+        self.stop: threading.Event | None = None  # the running learner thread's (step), for a hook's update
 
     @property
     def updates(self) -> int:
@@ -122,6 +120,12 @@ class Learner:
     def position(self) -> Position:
         """Where the run is now (:meth:`Schedule.at` of :attr:`updates`)."""
         return self.schedule.at(self.updates)
+
+    def step(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
+        """What a learner thread calls for each batch: :meth:`update`, or :attr:`hook`'s ``update``
+        (which reaches :meth:`update` through ``super().update(batch)``, with ``stop``)."""
+        self.stop = stop
+        return self.hook.update(batch) if self.hook is not None else self.update(batch, stop)
 
     def update(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
         """``agent.num_epochs x agent.num_minibatches`` optimizer steps on one ``[T+1, B]`` batch from
@@ -149,6 +153,7 @@ class Learner:
             before and after normalisation), ``intrinsic_coef`` and ``intrinsic_loss`` (the
             module's own loss; 0 for a module that trains nothing).
         """
+        stop = stop if stop is not None else self.stop
         with self.lock:
             position = self.position
             self.last_obs = batch["obs"]
@@ -201,7 +206,8 @@ class Learner:
         """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
         Returns ``[total, policy, value, entropy, grad_norm]`` (the norm before clipping) and whether
         the step was made."""
-        losses = self.loss_fn(batch, entropy_cost, intrinsic_coef)
+        loss = self.hook.loss if self.hook is not None else self.loss
+        losses = loss(batch, entropy_cost, intrinsic_coef)
         self.optimizer.zero_grad(set_to_none=True)
         losses[0].backward()
         parameters = list(self.policy.learner.parameters())
@@ -213,6 +219,25 @@ class Learner:
         if finite:
             self.optimizer.step()
         return scalars, finite
+
+
+class LearnerHook:
+    """What a user may put in place of the learner's update and loss (:attr:`Learner.hook`): rllte's
+    ``DistributedAgent`` is one, and a subclass of it overrides these.
+
+    ``update(batch)`` makes one learner update on a ``[T+1, B]`` batch (the layout of
+    :mod:`distrl.rollout`) and returns :meth:`Learner.update`'s dict, to which it may add float
+    metrics (logged as ``losses/<name>``); ``loss(batch, entropy_cost, intrinsic_coef)`` returns
+    ``(total, policy, value, entropy)`` for one optimizer step, as :meth:`Learner.loss`. Both run in
+    the learner thread with the learner's lock held.
+    """
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict:
+        raise NotImplementedError
+
+    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
+             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
 
 
 @dataclass
@@ -319,7 +344,7 @@ def _learn(learner: Learner, batch: dict, stats: LearnerStats, policy_version, s
     start = time.perf_counter()
     with learner.lock:  # a checkpoint, and the trainer's timing, see the weights and the counter of one moment
         lag = learner.updates - batch["policy_version"].float().mean().item()
-        losses = dict(learner.update_fn(batch, stop))
+        losses = dict(learner.step(batch, stop))
         losses.setdefault("finite", True)
         policy_version.value = learner.position.policy_version
         publish_seconds = losses.pop("publish_seconds", 0.0)

@@ -124,8 +124,8 @@ def _points(schedule: Any) -> Any:
 def piecewise_factor(points: Sequence[Sequence[float]], agent_steps: int) -> float:
     """The factor on ``agent.entropy_cost`` (``agent.entropy_schedule``) or on ``intrinsic.coef``
     (``intrinsic.coef_schedule``) at ``agent_steps`` under a list of ``[agent_steps, factor]``
-    points (validated by :mod:`distrl.validation`): 1 until the first point, linear between consecutive points, the last
-    point's factor after it; where two points share a step the factor jumps there. So
+    points (validated by :mod:`distrl.config.validation`): 1 until the first point, linear between
+    consecutive points, the last point's factor after it; where two points share a step the factor jumps there. So
     ``[[2500000, 1.0], [3000000, 0.2]]`` holds the entropy cost to 2.5M agent steps and brings it
     to a fifth by 3M; ``[[3000000, 1.0], [3000000, 0.2]]`` is a step at 3M. A factor rather
     than a cost, so that ``agent.entropy_cost`` stays the knob to sweep; piecewise linear like

@@ -27,29 +27,13 @@ import struct
 import termios
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from distrl.engine.storage import RolloutStorage
+from distrl.config.host import INDEX_BYTES, pipe_max_bytes
 
-INDEX_BYTES = 8
 PIPE_BUF = select.PIPE_BUF  # writes up to this size are atomic (POSIX: at least 512; Linux: 4096)
-
-
-def pipe_max_bytes() -> int:
-    """The largest pipe buffer an unprivileged process may ask for (``/proc/sys/fs/pipe-max-size``)."""
-    try:
-        with open("/proc/sys/fs/pipe-max-size") as f:
-            return int(f.read())
-    except OSError:  # pragma: no cover - not Linux
-        return 65536
-
-
-def max_indices() -> int:
-    """How many indices an :class:`IndexQueue` can hold, hence the most rollout slots a run may have."""
-    return pipe_max_bytes() // INDEX_BYTES
 
 
 class _Pipe:
@@ -94,7 +78,7 @@ class IndexQueue(_Pipe):
         ctx: a ``multiprocessing`` context.
 
     Raises:
-        OSError: the pipe cannot be made that large (see :func:`max_indices`).
+        OSError: the pipe cannot be made that large (see :func:`distrl.config.host.max_indices`).
     """
 
     def __init__(self, capacity: int, ctx):
@@ -207,11 +191,11 @@ class Channels:
     tensors only, so that a killed process leaves no lock held and nothing in /dev/shm).
 
     Attributes:
-        free_queue, full_queue: slot index queues (those of the :class:`RolloutStorage`).
+        free_queue, full_queue: slot index queues (those of the :class:`distrl.engine.storage.RolloutStorage`).
         owner: ``[N] int32``, the actor holding each slot (the storage's ``owner``).
         episode_queue: finished episodes as ``(actor_id, return, length)``.
         error_queue: an actor's exception as ``(actor_id, traceback text)``.
-        log_queue: the actors' log records (:mod:`distrl.logs` writes them to ``actors.log``).
+        log_queue: the actors' log records (:mod:`distrl.engine.logs` writes them to ``actors.log``).
         stop_event: set by the trainer to stop every actor.
         policy_version: learner updates so far.
         heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
@@ -228,7 +212,9 @@ class Channels:
     heartbeat: torch.Tensor
 
     @classmethod
-    def create(cls, storage: RolloutStorage, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
+    def create(cls, storage: Any, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
+        """The channels of a :class:`distrl.engine.storage.RolloutStorage` ``storage`` (its slot queues
+        and ``owner``) for ``num_actors`` actors, with new message queues and shared values."""
         return cls(storage.free_queue, storage.full_queue, storage.owner, MessageQueue(mp_context),
                    MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
                    torch.zeros(num_actors, dtype=torch.float64).share_memory_())

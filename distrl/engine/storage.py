@@ -1,23 +1,6 @@
-"""The rollout slot: its row layout, and the shared-memory storages that hold slots.
+"""The shared-memory storages that hold rollout slots, and the queues of their indices.
 
-A slot holds one environment's unroll of ``T`` steps in ``T + 1`` rows. The row layout
-(:class:`RolloutLayout`) is the contract between the actor, which writes rows, and the
-learner, which reads them:
-
-- ``ACTED_KEYS``, row ``t`` for ``t`` in ``0..T``: ``obs_t``, whether it starts an episode
-  (``first``), the action taken before ``obs_t`` and the raw reward it gave (``last_action``,
-  ``last_reward``; 0 where ``first``), and the behaviour policy's output at ``obs_t``
-  (``action``, ``policy_logits``, ``baseline``). Row 0 repeats the previous slot's row T, so a
-  slot is a self-contained unroll with its bootstrap observation in row T.
-- ``STEPPED_KEYS``, row ``t`` for ``t`` in ``0..T-1``: what stepping the env with ``action_t``
-  gave: ``reward``, ``terminated``, ``truncated`` and, on truncation, the behaviour baseline of
-  the episode's final observation (``truncation_value``). Row T of these keys is unused: the
-  next slot completes that step.
-- ``SLOT_KEYS``, one value per slot: the policy version the unroll started with, and with an
-  LSTM core the state before row 0 (``core_h``, ``core_c``).
-
-The learner reads ``[T+1, B]`` batches; the loss takes rows ``0..T-1`` (the T steps,
-:data:`distrl.agents.base.STEPS`) and bootstraps from row T (:data:`distrl.agents.base.BOOTSTRAP`).
+The slot's row layout is :class:`distrl.rollout.RolloutLayout`.
 
 Storages: ``num_storages`` slots, each key one shared tensor with the slot as the leading
 dimension, allocated once. Every slot index is always in exactly one place: the free queue,
@@ -29,76 +12,13 @@ return them to the free queue when the actor dies (:meth:`RolloutStorage.release
 
 from __future__ import annotations
 
-import math
 import queue
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from distrl.engine.shared import IndexQueue
-
-Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
-
-ACTED_KEYS = ("obs", "first", "last_action", "last_reward", "action", "policy_logits", "baseline")
-STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value")
-SLOT_KEYS = ("policy_version", "core_h", "core_c")
-
-
-
-@dataclass(frozen=True)
-class RolloutLayout:
-    """Shape and dtype of every key of a slot (see the module docstring for the rows).
-
-    Attributes:
-        num_steps: unroll length T; time-indexed keys have ``T + 1`` rows.
-        obs_shape: one observation's shape.
-        obs_dtype: ``torch.uint8`` for images, ``torch.float32`` for vectors.
-        num_actions: number of discrete actions A.
-        core_size: the LSTM core's hidden size H, or None without a core.
-    """
-
-    num_steps: int
-    obs_shape: tuple[int, ...]
-    obs_dtype: torch.dtype
-    num_actions: int
-    core_size: int | None = None
-
-    @classmethod
-    def for_run(cls, cfg, spec) -> RolloutLayout:
-        """The layout of a train config ``cfg`` on env ``spec`` (a :class:`distrl.envs.EnvSpec`)."""
-        return cls(cfg.num_steps, tuple(spec.obs_shape),
-                   torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
-                   cfg.model.feature_dim if cfg.model.use_lstm else None)
-
-    def nbytes(self, num_storages: int) -> int:
-        """Bytes of shared memory ``num_storages`` slots of this layout take."""
-        per_slot = sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.specs().values())
-        return per_slot * num_storages
-
-    def specs(self) -> Specs:
-        """``{key: (per-slot shape, dtype)}``, without the leading slot dimension."""
-        T1 = self.num_steps + 1
-        specs: Specs = {
-            "obs": ((T1, *self.obs_shape), self.obs_dtype),
-            "first": ((T1,), torch.bool),
-            "last_action": ((T1,), torch.int64),
-            "last_reward": ((T1,), torch.float32),
-            "action": ((T1,), torch.int64),
-            "policy_logits": ((T1, self.num_actions), torch.float32),
-            "baseline": ((T1,), torch.float32),
-            "reward": ((T1,), torch.float32),
-            "terminated": ((T1,), torch.bool),
-            "truncated": ((T1,), torch.bool),
-            "truncation_value": ((T1,), torch.float32),
-            "policy_version": ((), torch.int64),
-        }
-        if self.core_size is not None:
-            specs["core_h"] = ((1, self.core_size), torch.float32)
-            specs["core_c"] = ((1, self.core_size), torch.float32)
-        return specs
-
+from distrl.rollout import RolloutLayout
 
 NO_OWNER = -1
 

@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from distrl.distributed import CollectiveFailed
 from distrl.engine.actor import STOP_SIGNALS, ActorContext, run_actor
+from distrl.engine.distributed import CollectiveFailed
 from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
 from distrl.engine.shared import Channels
 from distrl.engine.storage import RolloutStorage, drain

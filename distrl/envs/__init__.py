@@ -58,7 +58,7 @@ def make_vector_env(env_cfg: DictConfig, num_envs: int, num_threads: int = 1, as
         num_threads: worker threads of ale-py's native vector env (Atari only).
         async_step: ale-py's vector env returns half of the envs per ``recv`` (``batch_size
             = num_envs / 2``), so that they step while the caller works on the other half.
-            Ignored for other envs (``distrl.engine.placement.plan`` says when it applies).
+            Ignored for other envs (``distrl.config.placement.plan`` says when it applies).
 
     Raises:
         ValueError: ``async_step`` with the vector Atari backend and an odd ``num_envs``.

@@ -6,7 +6,10 @@ text."""
 
 from __future__ import annotations
 
+import base64
 import importlib
+import pickle
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -60,14 +63,18 @@ def is_image(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
+def decode_factory(text: str) -> Any:
+    """The env factory a Python-API run pickled into ``env.factory``
+    (:func:`distrl.compat.env_objects.encode_factory`): base64 text back to the callable."""
+    return pickle.loads(base64.b64decode(text.encode("ascii")))
+
+
 def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
     """One env of ``cfg.id`` (``render_mode`` as in ``gym.make``), or of ``cfg.spec`` or
-    ``cfg.factory`` where the Python API set them (:mod:`distrl.envs.objects`): uint8 images are
+    ``cfg.factory`` where the Python API set them (:mod:`distrl.compat.env_objects`): uint8 images are
     kept as they are, any other observation becomes float32."""
     kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-    if cfg.get("factory"):  # a Python-API env factory (distrl.envs.objects)
-        from distrl.envs.objects import decode_factory
-
+    if cfg.get("factory"):  # a Python-API env factory (distrl.compat.env_objects)
         env = decode_factory(cfg.factory)()
         if cfg.max_episode_steps is not None:
             env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)

@@ -14,11 +14,15 @@ from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from distrl import host
-from distrl.checkpoint import checkpoint_file
-from distrl.config import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
-from distrl.engine.placement import Placement, plan
+from distrl.config import host
+from distrl.config.host import max_indices
+from distrl.config.placement import Placement, plan
+from distrl.config.schema import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
 from distrl.envs import EnvSpec, env_spec, known_env_id_error
+from distrl.intrinsic import NAMES
+from distrl.nn.encoders import MIN_IMAGE_SIDE
+from distrl.rollout import RolloutLayout
+from distrl.utils.checkpoint import checkpoint_file
 
 OPTIMIZERS = ("rmsprop", "adam")
 ENTROPY_SCHEDULES = ("constant", "linear")
@@ -131,8 +135,6 @@ ACTOR_PROCESS_BYTES = 128 * 2**20
 def _check_sizes(cfg: DictConfig, placement: Placement) -> None:
     """Refuse sizes that cannot run here before anything is allocated: more actor processes than
     the process limit or than memory holds, more slots than a slot queue holds."""
-    from distrl.engine.shared import max_indices
-
     limit = host.process_limit()
     _check(placement.num_actors <= limit, "num_actors", placement.num_actors,
            f"at most {limit} processes may be started here (RLIMIT_NPROC, /proc/sys/kernel/threads-max)")
@@ -176,7 +178,7 @@ class Validated(NamedTuple):
     """What validating a train config found out, so that nothing is probed twice.
 
     Attributes:
-        placement: the resolved sizing (:func:`distrl.engine.placement.plan`).
+        placement: the resolved sizing (:func:`distrl.config.placement.plan`).
         spec: the env's observation and action facts (one env was built to learn them).
     """
 
@@ -307,8 +309,6 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
         "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
     )
     if spec.is_image:
-        from distrl.policy import MIN_IMAGE_SIDE
-
         side = min(spec.obs_shape[1:])
         fitting = [name for name, least in MIN_IMAGE_SIDE.items() if side >= least]
         _check(side >= MIN_IMAGE_SIDE[model.encoder], "model.encoder", model.encoder,
@@ -318,8 +318,6 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
 
 def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
     """The ``intrinsic`` group, ``train.pretraining``, and whether a module's encoder fits the observations."""
-    from distrl.intrinsic import NAMES
-
     intrinsic = cfg.intrinsic
     _check(intrinsic.name in NAMES, "intrinsic.name", intrinsic.name, ", ".join(NAMES))
     _check(intrinsic.coef >= 0 and math.isfinite(intrinsic.coef), "intrinsic.coef", intrinsic.coef,
@@ -342,8 +340,6 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
 
 def _validate_slots_memory(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> None:
     """The rollout slots must fit in the shared memory this machine has free."""
-    from distrl.engine.storage import RolloutLayout
-
     nbytes = RolloutLayout.for_run(cfg, spec).nbytes(placement.num_storages)
     room = host.shared_memory_room()
     _check(nbytes <= room, "num_storages", placement.num_storages,

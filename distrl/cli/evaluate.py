@@ -12,11 +12,11 @@ import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.checkpoint import CheckpointError, load_checkpoint
-from distrl.cli import checked, fail
-from distrl.config import ConfigError, config_dir, register_configs
-from distrl.host import resolve_device
-from distrl.validation import validate_env, validate_eval
+from distrl.cli.exits import checked, fail
+from distrl.config.host import resolve_device
+from distrl.config.schema import ConfigError, config_dir, register_configs
+from distrl.config.validation import validate_env, validate_eval
+from distrl.utils.checkpoint import CheckpointError, load_checkpoint
 
 log = logging.getLogger("distrl")
 
@@ -29,7 +29,7 @@ def policy_from_checkpoint(state: dict, path: str):
     Raises:
         CheckpointError: the stored weights do not fit the network its config describes.
     """
-    from distrl.policy import ActorCritic
+    from distrl.nn.actor_critic import ActorCritic
 
     train_cfg = OmegaConf.create(state["config"])
     model = ActorCritic(tuple(state["obs_shape"]), int(state["num_actions"]), train_cfg.model,

@@ -1,7 +1,7 @@
 """What this machine offers a run: cores, memory, shared memory, processes, devices, ranks.
 
-Read by :mod:`distrl.validation` (to refuse what cannot run here) and by
-:mod:`distrl.engine.placement` (to size what can). Probes only: nothing here
+Read by :mod:`distrl.config.validation` (to refuse what cannot run here) and by
+:mod:`distrl.config.placement` (to size what can). Probes only: nothing here
 starts or allocates anything.
 """
 
@@ -12,7 +12,7 @@ import shutil
 
 from omegaconf import DictConfig
 
-from distrl.config import ConfigError
+from distrl.config.schema import ConfigError
 
 
 def cpu_count() -> int:
@@ -144,3 +144,21 @@ def resolve_device(name: str):
                 f"device={name!r} is not allowed: this machine has {torch.cuda.device_count()} CUDA device(s)"
             )
     return device
+
+
+INDEX_BYTES = 8  # one slot index in an IndexQueue's pipe (distrl.engine.shared)
+
+
+def pipe_max_bytes() -> int:
+    """The largest pipe buffer an unprivileged process may ask for (``/proc/sys/fs/pipe-max-size``)."""
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            return int(f.read())
+    except OSError:  # pragma: no cover - not Linux
+        return 65536
+
+
+def max_indices() -> int:
+    """How many indices a :class:`distrl.engine.shared.IndexQueue` can hold, hence the most rollout
+    slots a run may have."""
+    return pipe_max_bytes() // INDEX_BYTES

@@ -1,9 +1,11 @@
-"""The seeds' Python API: rllte's ``DistributedAgent`` and ``IMPALA``, and rlpack's
-``SimulatorDistributed``, as thin layers over distrl's config and engine.
+"""rllte's Python API: ``DistributedAgent`` and ``IMPALA`` (a distrl run configured from their
+arguments) and ``DistributedActorLearner`` (its constructor), thin layers over distrl's config and
+engine.
 
 Each turns its arguments into distrl config keys (the table is docs/api.md: units, conversions and
 what is refused) and trains with :class:`distrl.engine.trainer.DistributedTrainer`; nothing here
-trains by itself. Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is that class itself.
+trains by itself. Hsuanwu's trainer is :mod:`distrl.compat.hsuanwu`, rlpack's
+:mod:`distrl.compat.rlpack`.
 
 Example (rllte's quick start with the import changed)::
 
@@ -20,17 +22,22 @@ Example (rllte's quick start with the import changed)::
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config import ConfigError, compose_config
-from distrl.envs.objects import EnvChoice, EnvObjectError, env_choice
+from distrl.compat.env_objects import env_choice, env_node, writable
+from distrl.config.compose import compose_config
+from distrl.config.schema import ConfigError
+from distrl.config.validation import validate
+from distrl.engine import actor_learner
+from distrl.engine.learner import LearnerHook
+from distrl.engine.trainer import DistributedTrainer
+from distrl.nn.encoders import MIN_IMAGE_SIDE
 
-__all__ = ["DistributedAgent", "IMPALA", "SimulatorDistributed", "EnvObjectError", "env_node"]
+__all__ = ["DistributedActorLearner", "DistributedAgent", "IMPALA"]
 
 # rllte's keyword arguments (IMPALA's, rllte at ef55dda) -> distrl keys; eps and max_grad_norm are
 # converted (rllte sums the loss over the T x B steps of a batch, distrl averages it; docs/api.md)
@@ -52,35 +59,7 @@ INIT_FNS = {"identity": "default", "orthogonal": "orthogonal", "xavier_uniform":
 SUMMED_OVER_STEPS = ("eps", "max_grad_norm")
 
 
-def env_node(env: Any, role: str = "env", choice: EnvChoice | None = None) -> tuple[DictConfig, int | None]:
-    """The ``env`` config node that rebuilds ``env`` in the actors (:func:`distrl.envs.objects.env_choice`)
-    and, for a vector env, its number of sub-envs (for ``envs_per_actor``).
-
-    Raises:
-        EnvObjectError: ``env`` cannot be rebuilt in another process (the message says what to pass).
-    """
-    choice = choice or env_choice(env, role)
-    node = compose_config(choice.overrides, check=False).env
-    with _writable(node):
-        for key, value in choice.values.items():
-            node[key] = value
-    return node, choice.num_envs
-
-
-class _writable:
-    """Lift a DictConfig's struct flag for a block (Hydra composes configs in struct mode)."""
-
-    def __init__(self, cfg: DictConfig):
-        self.cfg = cfg
-
-    def __enter__(self):
-        OmegaConf.set_struct(self.cfg, False)
-
-    def __exit__(self, *exc):
-        OmegaConf.set_struct(self.cfg, True)
-
-
-def _value(value: Any) -> str:
+def hydra_value(value: Any) -> str:
     """A Python value as a Hydra override's right-hand side."""
     if value is None:
         return "null"
@@ -91,7 +70,7 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-class DistributedAgent:
+class DistributedAgent(LearnerHook):
     """rllte's ``DistributedAgent(env, eval_env, tag, seed, device, num_steps, num_actors,
     num_learners, num_storages, **kwargs)``: a distrl run, configured from these arguments.
 
@@ -145,7 +124,7 @@ class DistributedAgent:
         for key, value in (("num_steps", num_steps), ("num_actors", num_actors), ("num_learners", num_learners),
                            ("num_storages", num_storages)):
             if value is not None:
-                overrides.append(f"{key}={_value(value)}")
+                overrides.append(f"{key}={hydra_value(value)}")
         self.env, self.eval_env = env, eval_env
         self.kwargs = dict(kwargs)
         self.cfg = self._compose(overrides, extra)
@@ -153,7 +132,7 @@ class DistributedAgent:
         self.run_dir: Path | None = None
 
     def _compose(self, overrides: list[str], extra: list[str]) -> DictConfig:
-        sizes = [f"batch_size={_value(self.kwargs['batch_size'])}"] if "batch_size" in self.kwargs else []
+        sizes = [f"batch_size={hydra_value(self.kwargs['batch_size'])}"] if "batch_size" in self.kwargs else []
         cfg = compose_config([*overrides, *sizes, *extra], check=False)  # the T and B the run will have
         steps = max(1, cfg.num_steps * cfg.batch_size)  # (0 is refused by validation below)
         for name, value in self.kwargs.items():
@@ -163,15 +142,13 @@ class DistributedAgent:
                 value = INIT_FNS[value]
             elif name in SUMMED_OVER_STEPS:
                 value = float(value) / steps  # rllte's value is for the loss summed over T x B steps
-            overrides.append(f"{AGENT_KWARGS[name]}={_value(value)}")
+            overrides.append(f"{AGENT_KWARGS[name]}={hydra_value(value)}")
         cfg = compose_config([*overrides, *extra], check=False)
         node, num_envs = env_node(self.env, choice=self._env_choice)
-        with _writable(cfg):
+        with writable(cfg):
             cfg.env = node
             if num_envs is not None and not any(o.startswith("envs_per_actor=") for o in extra):
                 cfg.envs_per_actor = num_envs
-        from distrl.validation import validate
-
         validate(cfg)
         self.eval_env_cfg = None if self.eval_env is None else env_node(self.eval_env, "eval_env")[0]
         return cfg
@@ -195,15 +172,12 @@ class DistributedAgent:
             ConfigError: a value distrl refuses. distrl's training errors
             (:class:`distrl.engine.trainer.TrainingError`) and KeyboardInterrupt (after a checkpoint).
         """
-        from distrl.engine.trainer import DistributedTrainer
-        from distrl.validation import validate
-
         cfg = copy.deepcopy(self.cfg)
         for name, value in (("log_interval", log_interval), ("eval_interval", eval_interval),
                             ("save_interval", save_interval)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name}={value!r} is not allowed: an integer >= 1")
-        with _writable(cfg):
+        with writable(cfg):
             cfg.train.num_train_steps = int(num_train_steps)
             cfg.train.init_model_path = None if init_model_path is None else str(init_model_path)
             cfg.train.log_interval = cfg.train.log_interval * log_interval
@@ -214,8 +188,7 @@ class DistributedAgent:
         validated = validate(cfg)
         self.trainer = DistributedTrainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg)
         self.run_dir = self.trainer.run_dir  # a second train() continues in it (resume=auto)
-        self.trainer.learner.update_fn = lambda batch, stop=None: self.update(batch)
-        self.trainer.learner.loss_fn = self.loss
+        self.trainer.learner.hook = self  # update() and loss() below, or a subclass's overrides
         self.cfg = cfg
         return self.trainer.train()
 
@@ -269,90 +242,56 @@ class IMPALA(DistributedAgent):
     """rllte's ``IMPALA``: the concrete :class:`DistributedAgent` (IMPALA is what distrl trains)."""
 
 
-class SimulatorDistributed:
-    """rlpack's ``SimulatorDistributed(n_procs, config, backend)``: ``n_procs`` ranks of distrl on this
-    machine, through the launcher of ``distributed.nproc_per_node`` (torch's elastic launcher), the
-    gradients averaged across them.
+class DistributedActorLearner(actor_learner.DistributedActorLearner):
+    """rllte's ``DistributedActorLearner(observation_space, action_space, feature_dim, hidden_dim,
+    opt_class, opt_kwargs, init_fn, use_lstm)``: distrl's
+    :class:`distrl.engine.actor_learner.DistributedActorLearner` built from these arguments.
 
     Args:
-        n_procs: ranks (processes, each with its own actors and learner) to start.
-        config: distrl keys, a dict (nested, or dotted keys ``{"train.num_train_steps": 10000}``) or
-            a DictConfig; ``env`` may be a Gymnasium id; ``run_dir`` names the run directory.
-        backend: ``gloo`` or ``nccl`` (``auto``: nccl with CUDA, gloo on CPU).
+        observation_space: a Gymnasium ``Box`` (or one observation's shape): ``[C, H, W] uint8``
+            images get the Nature CNN (the IMPALA ResNet below 36 pixels a side), vectors the MLP.
+        action_space: a Gymnasium ``Discrete`` (or the number of actions).
+        feature_dim: the encoder's output features.
+        hidden_dim: the MLP's hidden units (vectors only).
+        opt_class, opt_kwargs: the optimizer over the learner copy, in :attr:`optimizers` ``["opt"]``
+            (``opt_kwargs`` None: the class's defaults). distrl's trainer makes its own from
+            ``agent.*`` instead.
+        init_fn: ``orthogonal``, ``xavier_uniform``, or ``identity`` (rllte's name for the layers'
+            own initialisation; ``default`` in distrl's config).
+        use_lstm: an LSTM core.
 
     Raises:
-        ConfigError: a bad value, before any process starts.
+        ValueError: a space distrl cannot model (not ``Discrete`` actions; not images or vectors),
+            or an unknown ``init_fn``.
     """
 
-    BACKENDS = ("gloo", "nccl", "auto")
+    INIT_FNS = {"orthogonal": "orthogonal", "xavier_uniform": "xavier_uniform", "identity": "default",
+                "default": "default"}
 
-    def __init__(self, n_procs: int, config: dict[str, Any] | DictConfig, backend: str = "gloo"):
-        if backend not in self.BACKENDS:
-            raise ConfigError(f"backend={backend!r} is not allowed: use one of {', '.join(self.BACKENDS)}")
-        if not isinstance(n_procs, int) or isinstance(n_procs, bool) or n_procs < 1:
-            raise ConfigError(f"n_procs={n_procs!r} is not allowed: an integer >= 1")
-        self.n_procs, self.backend = n_procs, backend
-        config = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
-        from distrl.engine.trainer import default_run_dir
-
-        self.run_dir = Path(config.pop("run_dir", None) or default_run_dir(config.get("tag", "")))
-        env = config.pop("env", None)
-        self.overrides = [*(env_choice(env).overrides if isinstance(env, str) else []), *_flatten(config),
-                          f"distributed.backend={backend}"]
-        if isinstance(env, str):
-            self.overrides.append(f"env.id={_value(env)}")
-        elif env is not None:
-            raise ConfigError("config['env'] must be a Gymnasium id here: the ranks are separate processes "
-                              "started by a command line")
-        from distrl.validation import validate
-
-        with _ranks_sized(n_procs):
-            validate(compose_config(self.overrides, check=False))
-
-    def run(self, load: bool = False, verbose: bool = True, render: bool = False, plot: bool = False) -> int:
-        """Train: start the ranks and wait for them (rlpack's ``Environments.train`` keywords).
-
-        Args:
-            load: continue from the run directory's latest checkpoint (``resume=auto``); False starts
-                afresh (``resume=false``).
-            verbose: INFO log lines; False: warnings only.
-            render, plot: refused (distrl draws curves with ``scripts/learning_curve.py`` afterwards).
-
-        Returns:
-            0, or 1 when a rank failed (its own lines say why).
-        """
-        from distrl import distributed
-
-        if render or plot:
-            raise ConfigError("render/plot are not offered while training: evaluate with `distrl eval video=true`, "
-                              "draw curves with scripts/learning_curve.py")
-        argv = [*self.overrides, f"hydra.run.dir={self.run_dir}", f"resume={'auto' if load else 'false'}",
-                f"log_level={'INFO' if verbose else 'WARNING'}", "distributed.nproc_per_node=1"]
-        return distributed.launch(self.n_procs, argv)
-
-
-class _ranks_sized:
-    """Validate as rank 0 of ``n`` would: on its share of the cores (``distrl.distributed.take_core_share``)."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __enter__(self):
-        self.affinity = os.sched_getaffinity(0)
-        if self.n > 1:
-            from distrl import distributed
-
-            distributed.take_core_share(0, self.n)
-
-    def __exit__(self, *exc):
-        os.sched_setaffinity(0, self.affinity)
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out += _flatten(value, f"{prefix}{key}.")
+    def __init__(self, observation_space: Any, action_space: Any, feature_dim: int = 512, hidden_dim: int = 512,
+                 opt_class: type[torch.optim.Optimizer] = torch.optim.Adam, opt_kwargs: dict | None = None,
+                 init_fn: str = "orthogonal", use_lstm: bool = False):
+        obs_shape = tuple(getattr(observation_space, "shape", observation_space))
+        if hasattr(action_space, "n"):
+            num_actions = int(action_space.n)
+        elif isinstance(action_space, int):
+            num_actions = action_space
         else:
-            out.append(f"{prefix}{key}={_value(value)}")
-    return out
+            raise ValueError(f"action_space={action_space!r}: distrl's policy takes Discrete actions")
+        if init_fn not in self.INIT_FNS:
+            raise ValueError(f"init_fn={init_fn!r}: use one of {', '.join(self.INIT_FNS)}")
+        model = OmegaConf.create({"encoder": _seed_encoder(obs_shape), "feature_dim": feature_dim,
+                                  "hidden_dim": hidden_dim, "init_fn": self.INIT_FNS[init_fn],
+                                  "use_lstm": use_lstm, "last_action_reward": False, "layer_norm": False})
+        super().__init__(obs_shape, num_actions, model)
+        self.optimizers["opt"] = opt_class(self.learner.parameters(), **(opt_kwargs or {}))
+
+
+def _seed_encoder(obs_shape: tuple[int, ...]) -> str:
+    """The encoder for observations of ``obs_shape`` built from rllte's signature: the Nature CNN for
+    images of at least 36 pixels a side, the IMPALA ResNet for smaller ones, the MLP for vectors."""
+    if len(obs_shape) == 3:
+        return "nature_cnn" if min(obs_shape[1:]) >= MIN_IMAGE_SIDE["nature_cnn"] else "impala_resnet"
+    if len(obs_shape) == 1:
+        return "mlp"
+    raise ValueError(f"observations of shape {obs_shape}: distrl's policy takes [C, H, W] images or vectors")

@@ -1,9 +1,13 @@
-"""``distrl {train,eval}``: picks the command and hands the rest of argv to its Hydra main; how a
-command ends: one error line and its exit code."""
+"""``distrl {train,eval}``: picks the command and hands the rest of argv to its Hydra main.
+
+The commands' modules (and torch with them) are imported once a command is chosen, so that
+``distrl --help`` and shell completion answer at once."""
 
 from __future__ import annotations
 
 import sys
+
+from distrl.utils.signals import Terminated
 
 USAGE = """usage: distrl <command> [key=value ...] [group=option ...] [-m] [--help]
 
@@ -16,34 +20,14 @@ commands:
 GROUPS = ("env", "model", "agent", "intrinsic", "logger", "experiment")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (e.g. a cluster preemption): the same orderly stop as Ctrl-C, exit code 143."""
-
-
-def fail(command: str, message: str, code: int = 2) -> None:
-    """Print one ``distrl <command>: error: ...`` line and exit with ``code``."""
-    print(f"distrl {command}: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
-def checked(command: str, cfg, validate):
-    """``validate(cfg)``'s result; a :class:`~distrl.config.ConfigError` ends the command with one
-    line and exit code 2."""
-    from distrl.config import ConfigError
-
-    try:
-        return validate(cfg)
-    except ConfigError as exc:
-        fail(command, str(exc))
-
-
 def command_help(command: str, overrides: list[str]) -> int:
     """Print the config groups a user may choose from and the composed config (with ``overrides``)."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
-    from distrl.config import compose_config, config_dir
+    from distrl.config.compose import compose_config
+    from distrl.config.schema import config_dir
 
     name = "train" if command == "train" else "eval"
     lines = [f"usage: distrl {command} [key=value ...] [group=option ...] [-m]", ""]
@@ -108,9 +92,9 @@ def shell_completion(argv: list[str]) -> int:
     elif command is None:
         command = "train"  # install/uninstall: the script is the same for both subcommands
     if command == "train":
-        from distrl.train import main as command_main
+        from distrl.cli.train import main as command_main
     else:
-        from distrl.evaluate import main as command_main
+        from distrl.cli.evaluate import main as command_main
     sys.argv = ["distrl", "--shell-completion", action]  # the script registers completion for 'distrl'
     if not action.startswith("query="):
         command_main()
@@ -141,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     if "-h" in rest or "--help" in rest:
         return command_help(command, [a for a in rest if a not in ("-h", "--help", "-m", "--multirun")])
     if command == "train":
-        from distrl.train import main as command_main
+        from distrl.cli.train import main as command_main
     else:
-        from distrl.evaluate import main as command_main
+        from distrl.cli.evaluate import main as command_main
     sys.argv = [f"distrl-{command}", *rest]
     try:
         command_main()
@@ -153,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distrl: interrupted", file=sys.stderr)
         return 130
-    from distrl.sweeps import SweepCheck
+    from distrl.cli.sweeps import SweepCheck
 
     if SweepCheck.interrupted:  # a sweep of jobs side by side, each stopped with its checkpoint
         print("distrl: interrupted", file=sys.stderr)

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from distrl.config.host import core_share
+from distrl.utils.signals import Terminated
+
 log = logging.getLogger(__name__)
 
 WAIT_SLICE_SECONDS = 0.1
@@ -230,8 +233,6 @@ def take_core_share(local_rank: int | None = None, local_world_size: int | None 
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if local_rank is None else local_rank
     if local_world_size is None:
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    from distrl.host import core_share
-
     share = core_share(sorted(os.sched_getaffinity(0)), local_rank, local_world_size)
     os.sched_setaffinity(0, share)
     return share
@@ -263,14 +264,12 @@ def launch(nproc: int, argv: list[str], max_restarts: int = 0) -> int:
     failed first.
 
     Raises:
-        KeyboardInterrupt, distrl.cli.Terminated: SIGINT or SIGTERM reached this process; the
+        KeyboardInterrupt, distrl.utils.signals.Terminated: SIGINT or SIGTERM reached this process; the
             launcher passed it on to the ranks (which stop together and save) and waited for them.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    from distrl.cli import Terminated
 
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=max_restarts,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.host import actor_precision, cpu_count, resolve_device, resolve_precision
+from distrl.config.host import actor_precision, cpu_count, resolve_device, resolve_precision
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Placement:
         async_step: whether actors step half their envs while inferring on the other half.
         actor_cores: per actor, the core ids it is pinned to, or None (not pinned).
         env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
-        precision: the learner's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.host.resolve_precision`).
+        precision: the learner's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.config.host.resolve_precision`).
         precision_reason: why (``set``, or what ``auto`` read).
         actor_precision: the actors' (and evaluations') arithmetic on the CPU.
     """
@@ -59,7 +59,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     of them: how a sweep job on its share of the machine will be sized).
 
     - ``device``: ``cuda`` under ``torchrun`` is ``cuda:LOCAL_RANK``; the cores are this rank's share
-      (:func:`distrl.distributed.take_core_share` restricts the process before this runs).
+      (:func:`distrl.engine.distributed.take_core_share` restricts the process before this runs).
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
     - ``learner_threads=auto``: the cores the actors leave (at least 1).
@@ -68,7 +68,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       CPU learner needs); it can only happen on the ``vector`` Atari backend with an even
       ``envs_per_actor``, and is off otherwise whatever the key says.
     - ``precision=auto``: bf16 where the learner's device computes it natively
-      (:func:`distrl.host.resolve_precision`); the actors by the CPU's flags.
+      (:func:`distrl.config.host.resolve_precision`); the actors by the CPU's flags.
     - ``pin_actors=auto``: pin each actor to one core when stepping is synchronous (ale-py's env
       thread then shares the actor's core); not with async stepping, whose env thread wants a core
       of its own; ``true`` with async stepping gives each actor two cores. Cores come from this

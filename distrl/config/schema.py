@@ -1,9 +1,9 @@
-"""The typed schema of the config tree, and composing a config as ``distrl`` does.
+"""The typed schema of the config tree.
 
 The dataclasses are stored in Hydra's ``ConfigStore`` and used as the base of
 ``conf/train.yaml`` and of each config group option, so a misspelt key or a
 string where a number belongs fails at compose time with the key's name.
-:mod:`distrl.validation` then checks the values that a type cannot express.
+:mod:`distrl.config.validation` then checks the values that a type cannot express.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class AtariEnvConfig:
     full_action_space: bool = MISSING
     use_fire_reset: bool = MISSING
     max_episode_steps: int = MISSING  # agent steps
-    async_step: Any = MISSING  # true | false | auto (see distrl.engine.placement)
+    async_step: Any = MISSING  # true | false | auto (see distrl.config.placement)
 
 
 @dataclass
@@ -236,11 +236,12 @@ def check_keys(cfg: DictConfig, schema: type) -> None:
 
 
 def config_dir() -> str:
-    """``conf/``: packaged beside the code in a wheel, else the repository root's."""
-    packaged = Path(__file__).resolve().parent / "conf"
+    """``conf/``: packaged beside the code in a wheel (``distrl/conf``), else the repository root's."""
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "conf"
     if (packaged / "train.yaml").is_file():
         return str(packaged)
-    return str(Path(__file__).resolve().parent.parent / "conf")
+    return str(package.parent / "conf")
 
 
 def register_configs() -> None:
@@ -255,31 +256,3 @@ def register_configs() -> None:
     cs.store(group="agent", name="appo_schema", node=AppoConfig)
     cs.store(group="model", name="model_schema", node=ModelConfig)
     cs.store(group="intrinsic", name="intrinsic_schema", node=IntrinsicConfig)
-
-
-def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train",
-                   check: bool = True) -> DictConfig:
-    """The config ``distrl train`` (or ``distrl eval``, ``config_name="eval"``) would run with these
-    command-line overrides, composed by Hydra from ``conf/`` and, if ``check``, validated.
-
-    Example: ``compose_config(["experiment=cartpole", "train.num_train_steps=100000"])``.
-
-    Raises:
-        ConfigError: a bad value (the same one-line message as the command's; see
-            :func:`distrl.validation.validate`).
-        hydra.errors.ConfigCompositionException: an unknown key or group option, or a value of
-            the wrong type.
-    """
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_configs()
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name, overrides=list(overrides))
-    if check:
-        from distrl.validation import validate, validate_eval
-
-        (validate if config_name == "train" else validate_eval)(cfg)
-    return cfg

@@ -1,5 +1,5 @@
-"""Environments passed as Python objects (the seeds' API, :mod:`distrl.api`), turned into env config
-values that every actor process can rebuild them from.
+"""Environments passed as Python objects (the seeds' API, :mod:`distrl.compat`), turned into env
+config values that every actor process can rebuild them from.
 
 Actors are spawned processes, so an env object cannot be shared with them; what travels is how to
 make it again:
@@ -9,7 +9,7 @@ make it again:
   ``env.spec`` (``gymnasium.make(spec)`` in each actor: the same entry point, kwargs and recorded
   wrappers); a vector env's number of sub-envs becomes ``envs_per_actor``;
 - a picklable zero-argument callable that returns an env: pickled into ``env.factory`` and called in
-  each actor.
+  each actor (:func:`distrl.envs.gym_env.decode_factory`).
 
 ALE Atari envs become ``env=atari`` with the id's sticky-action probability, frameskip and action
 set, and distrl's own Atari preprocessing (Machado et al. 2018), which a wrapped ALE env would
@@ -19,11 +19,15 @@ duplicate: one with wrappers is refused.
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import pickle
 from typing import Any
 
 import gymnasium as gym
+from omegaconf import DictConfig, OmegaConf
+
+from distrl.config.compose import compose_config
 
 # ids whose tuned preset (conf/experiment/) a Python-API run starts from
 PRESETS = {"CartPole-v1": "cartpole", "distrl/SparseChain-v1": "sparse_chain", "distrl/ImageCue-v0": "image_cue",
@@ -65,11 +69,6 @@ def encode_factory(factory: Any) -> str:
             f"the env factory {factory!r} cannot be pickled for the actor processes ({exc}): pass a function "
             f"defined at the top level of a module (or functools.partial of one), a Gymnasium id, or an env made "
             f"by gymnasium.make") from None
-
-
-def decode_factory(text: str) -> Any:
-    """The callable :func:`encode_factory` wrote."""
-    return pickle.loads(base64.b64decode(text.encode("ascii")))
 
 
 def env_choice(env: Any, role: str = "env") -> EnvChoice:
@@ -159,3 +158,47 @@ def _from_factory(factory: Any, role: str) -> EnvChoice:
     name = env.spec.id if env.spec is not None else getattr(factory, "__qualname__", type(env).__name__)
     overrides = ["env=gym", *_model_for(env)]
     return EnvChoice(overrides, {"id": name, "factory": text})
+
+
+def env_node(env: Any, role: str = "env", choice: EnvChoice | None = None) -> tuple[DictConfig, int | None]:
+    """The ``env`` config node that rebuilds ``env`` in the actors (:func:`distrl.compat.env_objects.env_choice`)
+    and, for a vector env, its number of sub-envs (for ``envs_per_actor``).
+
+    Raises:
+        EnvObjectError: ``env`` cannot be rebuilt in another process (the message says what to pass).
+    """
+    choice = choice or env_choice(env, role)
+    node = compose_config(choice.overrides, check=False).env
+    with writable(node):
+        for key, value in choice.values.items():
+            node[key] = value
+    return node, choice.num_envs
+
+
+class writable:
+    """Lift a DictConfig's struct flag for a block (Hydra composes configs in struct mode)."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def __enter__(self):
+        OmegaConf.set_struct(self.cfg, False)
+
+    def __exit__(self, *exc):
+        OmegaConf.set_struct(self.cfg, True)
+
+
+def with_env_objects(cfg: DictConfig, train_env: Any, test_env: Any) -> tuple[DictConfig, DictConfig | None]:
+    """``cfg`` with its ``env`` node (and, for a vector env, ``envs_per_actor``) made for ``train_env``
+    (if given), and the ``env`` node of ``test_env`` for evaluation (None: the training env). Only
+    the env changes: the model and agent values stay ``cfg``'s (validation says if the model does
+    not fit the env)."""
+    cfg = copy.deepcopy(cfg)
+    if train_env is not None:
+        node, num_envs = env_node(train_env, "train_env")
+        OmegaConf.set_struct(cfg, False)
+        cfg.env = node
+        if num_envs is not None:
+            cfg.envs_per_actor = num_envs
+        OmegaConf.set_struct(cfg, True)
+    return cfg, None if test_env is None else env_node(test_env, "test_env")[0]

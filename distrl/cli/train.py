@@ -13,11 +13,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from distrl import sweeps
-from distrl.checkpoint import CheckpointError
-from distrl.cli import Terminated, checked, fail
-from distrl.config import ConfigError, config_dir, register_configs
-from distrl.runlock import RunDirectoryBusy
+from distrl.cli import sweeps
+from distrl.cli.exits import checked, fail
+from distrl.config.schema import ConfigError, config_dir, register_configs
+from distrl.utils.checkpoint import CheckpointError
+from distrl.utils.runlock import RunDirectoryBusy
+from distrl.utils.signals import Terminated
 
 log = logging.getLogger("distrl")
 
@@ -32,7 +33,7 @@ def _raise_terminated(signum, frame):
 def main(cfg: DictConfig) -> float | None:
     """Validate the config (once), then train one run in Hydra's run directory (as one rank of several
     under ``torchrun``; or start ``distributed.nproc_per_node`` ranks here). A job of a multirun
-    returns ``objective``'s value (:func:`distrl.sweeps.objective_value`) for the sweeper."""
+    returns ``objective``'s value (:func:`distrl.cli.sweeps.objective_value`) for the sweeper."""
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return _train(cfg)
@@ -53,8 +54,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def _train(cfg: DictConfig) -> float | None:
-    from distrl import distributed, logs
-    from distrl.validation import validate
+    from distrl.config.validation import validate
+    from distrl.engine import distributed, logs
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of several: sized and validated on its share
         distributed.take_core_share()
@@ -100,7 +101,7 @@ def _train(cfg: DictConfig) -> float | None:
 
 def _launch_ranks(cfg: DictConfig, run_dir: str) -> None:
     """``distributed.nproc_per_node`` ranks of this command in ``run_dir``, through torch's elastic launcher."""
-    from distrl import distributed
+    from distrl.engine import distributed
 
     overrides = [a for a in HydraConfig.get().overrides.task
                  if not a.startswith(("distributed.nproc_per_node=", "hydra.run.dir="))]

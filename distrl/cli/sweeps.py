@@ -29,8 +29,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from distrl.host import available_memory, core_share, cpu_count
-from distrl.runlock import try_flock, unflock
+from distrl.cli.exits import fail
+from distrl.config.host import available_memory, core_share, cpu_count
+from distrl.utils.runlock import try_flock, unflock
 
 log = logging.getLogger(__name__)
 
@@ -220,11 +221,11 @@ def check_sweep(config: DictConfig) -> str | None:
 
 def _job_gib(config: DictConfig, cores: int) -> float:
     """A job's memory, roughly: its rollout storage as ``auto`` sizes it on ``cores`` cores
-    (:func:`distrl.engine.placement.plan`, :meth:`RolloutLayout.nbytes`) plus :data:`PROCESS_GIB`
+    (:func:`distrl.config.placement.plan`, :meth:`RolloutLayout.nbytes`) plus :data:`PROCESS_GIB`
     per process (its actors and trainer)."""
-    from distrl.engine.placement import plan
-    from distrl.engine.storage import RolloutLayout
+    from distrl.config.placement import plan
     from distrl.envs import env_spec
+    from distrl.rollout import RolloutLayout
 
     placement = plan(config, cores)
     storage = RolloutLayout.for_run(config, env_spec(config.env)).nbytes(placement.num_storages)
@@ -256,8 +257,6 @@ class SweepCheck(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         problem = check_sweep(config)
         if problem:
-            from distrl.cli import fail
-
             fail("train", problem)
         if parallel_jobs(config.hydra) > 1:
             sweep_dir = Path(str(config.hydra.sweep.dir))

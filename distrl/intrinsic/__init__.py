@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from distrl.agents.base import STEPS
+from distrl.rollout import STEPS
 
 NAMES = ("none", "rnd", "re3")
 

@@ -1,0 +1,151 @@
+"""What the trainer logs: finished episodes, the learner's losses and timings, the dormant units,
+evaluations and the best checkpoint they find (:class:`Reporting`, a part of
+:class:`distrl.engine.trainer.DistributedTrainer`).
+
+Every scalar goes through :class:`distrl.utils.telemetry.Telemetry` (TensorBoard, metrics.jsonl,
+W&B) against agent steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from distrl.engine.evaluator import EvalResult
+from distrl.engine.storage import drain
+from distrl.nn.dormant import dormant_fractions
+from distrl.utils import checkpoint
+
+log = logging.getLogger(__name__)
+
+DORMANT_LOG_INTERVALS = 5  # the dormant units are measured with every 5th log record
+DORMANT_OBSERVATIONS = 256  # on this many observations of the last batch: 0.14 s on one busy core (Nature CNN)
+
+
+class Reporting:
+    """The logging methods of :class:`distrl.engine.trainer.DistributedTrainer` (whose attributes
+    they read: ``telemetry``, ``channels``, ``ranks``, ``learner``, ``stats``, ``workers``,
+    ``policy``, ``spec``, ``evals``, ``evaluations``, ``best_eval_return``, ``run_dir``)."""
+
+    def _finished_episodes(self) -> list[tuple[float, int]]:
+        """Episodes finished since the last tick, ``(raw return, length)``: this rank's actors' and, on
+        rank 0, the other ranks' (which the learners' collectives bring, :mod:`distrl.engine.distributed`)."""
+        episodes = [(r, n) for _, r, n in drain(self.channels.episode_queue)]
+        if not self.ranks.is_main:
+            self.ranks.outgoing.extend(episodes)
+            episodes = []
+        while self.ranks.incoming:
+            episodes.append(self.ranks.incoming.popleft())
+        return episodes
+
+
+    def _log_episodes(self, episodes: list[tuple[float, int]], steps: int, recent_returns: deque) -> None:
+        """Log finished episodes ``(raw return, length in agent steps)`` at ``steps`` agent steps and
+        append their returns to ``recent_returns`` (the progress line's window)."""
+        for episode_return, episode_length in episodes:
+            recent_returns.append(episode_return)
+            self.telemetry.log({"charts/episodic_return": episode_return,
+                                "charts/episodic_length": episode_length}, steps)
+
+
+    def _learner_time(self) -> tuple[int, dict[str, float]]:
+        """``(updates, LearnerStats.seconds)`` of one moment."""
+        with self.learner.lock, self.stats.lock:
+            return self.learner.updates, dict(self.stats.seconds)
+
+
+    def _log_training(self, steps: int, last_log: tuple, recent_returns: deque, dormant: bool = False) -> tuple:
+        """Log SPS (over the whole log interval since ``last_log``), the learner's losses and where its
+        time went (ms per update), with ``dormant`` the share of dormant units of each encoder layer
+        (``dormant/<layer>``, :func:`distrl.nn.dormant.dormant_fractions` on up to
+        ``DORMANT_OBSERVATIONS`` observations of the learner's last batch, under its lock: the weights
+        of one moment); returns this moment as the next ``last_log``."""
+        timed = self._learner_time()  # may wait for an update to end: the clock is read after it, so that
+        now = time.perf_counter()     # SPS's interval is the one between the log records' times
+        (then, steps_then, (updates_then, seconds_then)), (updates, seconds) = last_log, timed
+        sps = (steps - steps_then) / (now - then)
+        scalars = {"charts/SPS": sps, "charts/FPS": sps * self.spec.frameskip,
+                   "charts/policy_lag": self.stats.policy_lag, "charts/actor_restarts": self.workers.restarts,
+                   "losses/nonfinite_updates": self.stats.nonfinite_updates}
+        last = dict(self.stats.last)
+        charts = ("learning_rate", "entropy_cost", "intrinsic_reward", "intrinsic_reward_raw", "intrinsic_coef")
+        for name, value in last.items():  # an update override (distrl.compat) may add metrics of its own
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                key = "losses/intrinsic" if name == "intrinsic_loss" else f"losses/{name}"
+                scalars["charts/" + name if name in charts else key] = value
+        if dormant:
+            scalars.update(self._dormant_scalars())
+        if updates > updates_then:
+            scalars.update({f"perf/learner_{name}_ms": 1000 * (seconds[name] - seconds_then[name])
+                            / (updates - updates_then) for name in seconds})
+        else:  # no update since: the next log line measures from the same moment
+            timed = (updates_then, seconds_then)
+        self.telemetry.log(scalars, steps)
+        mean_return = f"{np.mean(recent_returns):.2f}" if recent_returns else "n/a"
+        log.info("steps=%d frames=%d SPS=%.0f return(mean of last %d)=%s loss=%s lag=%.1f", steps,
+                 steps * self.spec.frameskip, sps, len(recent_returns), mean_return,
+                 f"{last['total']:.3f}" if "total" in last else "n/a", self.stats.policy_lag)
+        return now, steps, timed
+
+
+    def _dormant_scalars(self) -> dict[str, float]:
+        with self.learner.lock:
+            obs = self.learner.last_obs
+            if obs is None:
+                return {}
+            obs = obs[:-1].flatten(0, 1)  # the T x B observations of the loss
+            obs = obs[::max(1, len(obs) // DORMANT_OBSERVATIONS)][:DORMANT_OBSERVATIONS]
+            fractions = dormant_fractions(self.policy.learner.encoder, obs)
+        return {f"dormant/{name}": value for name, value in fractions.items()}
+
+
+    def _evaluate_when_due(self, steps: int, done: bool) -> None:
+        """Log an evaluation that finished; start the next one when it is due (rank 0, one at a time)."""
+        finished = self.evaluations.finished()
+        if finished:
+            self._log_eval(*finished)
+        if (not self.evaluations.busy and self.cfg.train.num_eval_episodes > 0 and self.evals.due(steps)
+                and not done and self.ranks.is_main):
+            self.evals.ran(steps)
+            self.evaluations.start(self.checkpoint_state(), steps)
+
+
+    def _log_eval(self, result: EvalResult, snapshot: dict, step: int) -> None:
+        """Log an evaluation of ``snapshot``'s weights (taken at ``step``); a new best is saved as best.pt."""
+        if not result.returns:
+            return
+        self.telemetry.log({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}, step)
+        log.info("eval at %d steps: return %.2f +- %.2f over %d episodes", step, result.mean_return,
+                 result.std_return, len(result.returns))
+        if result.mean_return > self.best_eval_return:
+            self.best_eval_return = result.mean_return
+            # best.pt is the snapshot the evaluation started from: weights, optimizer, counters and
+            # RNG of one moment, with the return it scored.
+            try:
+                checkpoint.save_best({**snapshot, "best_eval_return": result.mean_return},
+                                     self.run_dir / "checkpoints")
+            except checkpoint.CheckpointSaveError as exc:
+                log.error("best.pt not saved, training goes on: %s", exc)
+
+
+    def _final_eval(self) -> None:
+        """Evaluate the final weights (the checkpoint is already safe); the caller saves the result."""
+        step = self.position.agent_steps
+        self.evals.ran(step)
+        snapshot = self.checkpoint_state()
+        self._log_eval(*self.evaluations.run(snapshot, step), step)
+
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -1,0 +1,227 @@
+"""The IMPALA network (:class:`ActorCritic`) and how it is stepped on envs.
+
+An encoder (:mod:`distrl.nn.encoders`); optionally the previous action (one-hot) and reward
+(clipped to [-1, 1]) beside the encoder's features (IMPALA's Fig. 3 feeds them to its LSTM;
+monobeast's AtariNet concatenates them with or without one); an optional LSTM core; a policy head
+(logits over the discrete actions) and a baseline head (state value), with a second one for the
+value of a non-episodic intrinsic return when a run has one (Burda et al. 2019, Section 2.3;
+:mod:`distrl.intrinsic`).
+
+This module knows nothing of processes. :func:`step_policy` is the one way the policy is stepped on
+envs (by the actors and by evaluation): :class:`AgentState` carries what one step hands the next
+(the LSTM state, the previous action and reward, episode starts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import nn
+
+from distrl.nn.encoders import init_weights, make_encoder
+from distrl.nn.precision import autocast
+
+CoreState = tuple[torch.Tensor, ...]
+
+
+class ActorCritic(nn.Module):
+    """Encoder -> (LSTM) -> policy logits and baseline, over a ``[T, B]`` unroll.
+
+    Args:
+        obs_shape: one observation's shape.
+        num_actions: number of discrete actions A.
+        cfg: the ``model`` config node.
+        intrinsic_value: add a second baseline head, ``intrinsic_baseline``, for the value of the
+            intrinsic return (:func:`distrl.intrinsic.needs_value_head`).
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig, intrinsic_value: bool = False):
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+        self.num_actions = num_actions
+        self.encoder = make_encoder(self.obs_shape, cfg)
+        # checkpoints written before model.last_action_reward existed have neither input
+        self.last_action_reward = bool(cfg.get("last_action_reward", False))
+        core_in = cfg.feature_dim + (num_actions + 1 if self.last_action_reward else 0)
+        self.core = nn.LSTM(core_in, cfg.feature_dim) if cfg.use_lstm else None
+        head_in = cfg.feature_dim if cfg.use_lstm else core_in
+        self.policy = nn.Linear(head_in, num_actions)
+        self.baseline = nn.Linear(head_in, 1)
+        self.intrinsic_baseline = nn.Linear(head_in, 1) if intrinsic_value else None
+        init_weights(self, cfg.init_fn)
+        if cfg.init_fn == "orthogonal":
+            nn.init.orthogonal_(self.policy.weight, gain=0.01)
+            for head in (self.baseline, self.intrinsic_baseline):
+                if head is not None:
+                    nn.init.orthogonal_(head.weight, gain=1.0)
+        if len(self.obs_shape) == 3:
+            self.to(memory_format=torch.channels_last)
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        """Zero LSTM state ``(h, c)``, each ``[1, B, feature_dim]``; ``()`` without LSTM."""
+        if self.core is None:
+            return ()
+        size = (1, batch_size, self.core.hidden_size)
+        return tuple(torch.zeros(size, device=self.policy.weight.device) for _ in range(2))
+
+    def forward(
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (),
+        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
+        """Policy logits and baseline over an unroll.
+
+        Args:
+            obs: ``[T, B, *obs_shape]`` (uint8 images or float32 vectors).
+            first: ``[T, B] bool``, True where ``obs[t]`` starts a new episode; the
+                LSTM state is zeroed before that step, and so are the previous action and reward.
+            core_state: LSTM state at ``t = 0`` (``initial_state``), or ``()``.
+            last_action: ``[T, B] int64``, the action taken before ``obs[t]`` (any value where
+                ``first``); needed with ``model.last_action_reward``, else ignored.
+            last_reward: ``[T, B] float32``, the raw reward that action gave; used clipped to [-1, 1].
+
+        Returns:
+            ``logits [T, B, A] float32``, ``baseline [T, B] float32`` (float32 under a bf16
+            :func:`autocast` too: the heads' outputs are cast back), the core state after step T-1.
+            With the intrinsic head, ``baseline`` is ``[T, B, 2] float32``: the extrinsic value, then
+            the intrinsic one.
+
+        Raises:
+            ValueError: ``model.last_action_reward`` is on and ``last_action`` or ``last_reward`` is None.
+        """
+        T, B = obs.shape[:2]
+        features = self.encoder(obs.reshape(T * B, *self.obs_shape))
+        if self.last_action_reward:
+            if last_action is None or last_reward is None:
+                raise ValueError("model.last_action_reward=true: forward needs last_action and last_reward")
+            seen = (~first).reshape(T * B, 1).to(features.dtype)  # nothing came before an episode's start
+            one_hot = F.one_hot(last_action.reshape(T * B), self.num_actions).to(features.dtype)
+            reward = last_reward.reshape(T * B, 1).to(features.dtype).clamp(-1.0, 1.0)
+            features = torch.cat([features, one_hot * seen, reward * seen], dim=1)
+        if self.core is not None:
+            features = features.view(T, B, -1)
+            outputs = []
+            keep = (~first).float().unsqueeze(-1)  # [T, B, 1]
+            for t in range(T):
+                core_state = tuple(keep[t].unsqueeze(0) * s for s in core_state)
+                out, core_state = self.core(features[t].unsqueeze(0), core_state)
+                outputs.append(out)
+            features = torch.cat(outputs).view(T * B, -1)
+            core_state = tuple(s.float() for s in core_state)  # fp32 between steps under bf16 autocast too
+        logits = self.policy(features).view(T, B, self.num_actions).float()  # fp32 under bf16 autocast too
+        baseline = self.baseline(features).view(T, B).float()
+        if self.intrinsic_baseline is not None:
+            baseline = torch.stack([baseline, self.intrinsic_baseline(features).view(T, B).float()], dim=-1)
+        return logits, baseline, core_state
+
+    @torch.no_grad()
+    def act(
+        self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False,
+        last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
+    ) -> tuple[dict[str, torch.Tensor], CoreState]:
+        """One step for ``B`` environments: ``obs [B, *obs_shape]``, ``first [B] bool`` and, with
+        ``model.last_action_reward``, ``last_action [B] int64`` and ``last_reward [B] float32``.
+
+        Returns:
+            ``{"action": [B] int64, "policy_logits": [B, A], "baseline": [B]}`` (the extrinsic value)
+            and the new core state. Actions are sampled from the policy, or its argmax if ``deterministic``.
+        """
+        extra = [None if x is None else x.unsqueeze(0) for x in (last_action, last_reward)]
+        logits, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state, *extra)
+        logits, baseline = logits[0], baseline[0]
+        if baseline.dim() == 2:  # [B, 2] with the intrinsic head
+            baseline = baseline[:, 0]
+        if deterministic:
+            action = logits.argmax(dim=-1)
+        else:
+            action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
+        return {"action": action, "policy_logits": logits, "baseline": baseline}, core_state
+
+
+class AgentState:
+    """What one policy step hands the next, for each of ``N`` environments.
+
+    Attributes:
+        first: ``[N] bool``, whether the env's next observation starts an episode (True at first).
+        last_action: ``[N] int64``, the action taken before it (0 at an episode's start).
+        last_reward: ``[N] float32``, the raw reward that action gave (0 at an episode's start).
+        core: the LSTM state ``(h, c)``, each ``[1, N, H]``; ``()`` without an LSTM.
+
+    All on the device of ``model``.
+    """
+
+    def __init__(self, model: ActorCritic, num_envs: int):
+        device = model.policy.weight.device
+        self.first = torch.ones(num_envs, dtype=torch.bool, device=device)
+        self.last_action = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self.last_reward = torch.zeros(num_envs, dtype=torch.float32, device=device)
+        self.core = model.initial_state(num_envs)
+
+    def after_env_step(self, actions: torch.Tensor, rewards: Any, ended: Any, ids: torch.Tensor | None = None) -> None:
+        """Record what stepping envs ``ids`` (``[k] int64``; None: all) with ``actions`` (``[k] int64``)
+        gave: ``rewards`` (``[k]``) and whether the episode ``ended`` (``[k] bool``; the env's next
+        observation then starts a new one, with nothing before it). Arrays or tensors."""
+        device = self.first.device
+        where = slice(None) if ids is None else ids
+        ended = torch.as_tensor(ended, dtype=torch.bool, device=device)
+        rewards = torch.as_tensor(rewards, dtype=torch.float32, device=device)
+        self.last_action[where] = torch.where(ended, 0, actions.to(device))
+        self.last_reward[where] = torch.where(ended, 0.0, rewards)
+        self.first[where] = ended
+
+
+@dataclass
+class StepInputs:
+    """What the policy saw besides the observations at one step of ``k`` envs (see
+    :class:`AgentState`): ``first [k]``, ``last_action [k]``, ``last_reward [k]`` and the LSTM
+    state before the step, ``core`` (each ``[1, k, H]``, or ``()``)."""
+
+    first: torch.Tensor
+    last_action: torch.Tensor
+    last_reward: torch.Tensor
+    core: CoreState
+
+
+@torch.no_grad()
+def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: torch.Tensor | None = None,
+                deterministic: bool = False, precision: str = "fp32") -> tuple[dict[str, torch.Tensor], StepInputs]:
+    """One policy step for envs ``ids`` (``[k] int64``; None: all of ``state``'s envs).
+
+    Args:
+        model: the network to act with (an actor copy, or a frozen copy for evaluation).
+        obs: ``[k, *obs_shape]``, those envs' observations.
+        state: the envs' state; their LSTM state advances here.
+        deterministic: greedy actions instead of sampling.
+        precision: ``fp32`` or ``bf16`` (:func:`autocast`); the outputs are float32 either way.
+
+    Returns:
+        ``{"action": [k] int64, "policy_logits": [k, A], "baseline": [k]}`` (:meth:`ActorCritic.act`)
+        and what the policy saw besides ``obs`` (:class:`StepInputs`), which the actors store beside
+        the observation.
+    """
+    where = slice(None) if ids is None else ids
+    seen = StepInputs(state.first[where].clone(), state.last_action[where].clone(), state.last_reward[where].clone(),
+                      tuple(c[:, where] for c in state.core))
+    with autocast(precision, state.first.device):
+        out, core = model.act(obs.to(state.first.device), seen.first, seen.core, deterministic,
+                              seen.last_action, seen.last_reward)
+    if core:
+        state.core = core if ids is None else tuple(c.index_copy(1, ids, n) for c, n in zip(state.core, core,
+                                                                                           strict=True))
+    return out, seen
+
+
+@torch.no_grad()
+def final_values(model: ActorCritic, final_obs: torch.Tensor, state: AgentState, ids: torch.Tensor,
+                 actions: torch.Tensor, rewards: torch.Tensor, precision: str = "fp32") -> torch.Tensor:
+    """The baselines ``[k]`` of the final observations ``final_obs [k, *obs_shape]`` of envs ``ids``
+    whose episode was cut by a time limit, as if it went on: with the envs' LSTM state after their
+    last step and the ``actions`` and ``rewards`` (``[k]``) that led there. V-trace bootstraps a
+    truncated trajectory from these values instead of the next episode's first state."""
+    no_reset = torch.zeros(len(ids), dtype=torch.bool, device=state.first.device)
+    with autocast(precision, state.first.device):
+        out, _ = model.act(final_obs, no_reset, tuple(c[:, ids] for c in state.core), False, actions, rewards)
+    return out["baseline"]

@@ -1,0 +1,136 @@
+"""The package's layout is its architecture: imports run one way, between folders by role, with no
+cycle, and no module grows past one role's size.
+
+The import graph is read from the source (``ast``), every ``import`` of a distrl module counted,
+those inside functions too (so that none can hide a cycle), ``if TYPE_CHECKING:`` blocks none.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "distrl"
+
+# Top to bottom: a module may import modules of its own layer or of the layers below it, never above.
+LAYERS = [
+    ("__main__", "cli", "compat"),          # entry points: the commands, the seeds' shapes
+    ("engine",),                            # the data path and what runs it
+    ("config",),                            # schema, composition, validation, the host, placement
+    ("agents", "nn", "intrinsic", "envs"),  # losses, networks, intrinsic rewards, environments
+    ("rollout", "utils", "version"),        # the rollout's layout; what knows nothing of RL
+]
+MAX_LINES = 400
+
+
+def layer(module: str) -> int:
+    """The layer index of ``distrl.<part>...`` (``distrl`` itself, the public API, is above all)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    for index, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return index
+    raise AssertionError(f"{module} is in no layer of tests/test_layout.py: add its folder to LAYERS")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports(path: Path, known: set[str]) -> list[tuple[str, int, bool]]:
+    """``(imported distrl module, line, inside a function)`` for every import in ``path``."""
+    tree = ast.parse(path.read_text())
+    this = module_name(path)
+    package = this if path.name == "__init__.py" else this.rsplit(".", 1)[0]
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno, in_function) for alias in node.names
+                         if alias.name.split(".")[0] == "distrl")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1 packages
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] == "distrl":
+                for alias in node.names:  # `from distrl.engine import logs` imports distrl.engine.logs
+                    name = f"{base}.{alias.name}"
+                    found.append((name if name in known else base, node.lineno, in_function))
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    visit(tree, False)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: {target for target, _, _ in imports(path, known) if target != name} for name, path in found.items()}
+
+
+def test_no_import_cycle():
+    edges = graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == 1:
+                cycle = path[path.index(target):] + [target]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if target not in state:
+                visit(target)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+
+
+def test_imports_run_down_the_layers():
+    found = modules()
+    known = set(found)
+    upward = []
+    for name, path in sorted(found.items()):
+        for target, line, _ in imports(path, known):
+            if target in known and layer(target) < layer(name) and not target == "distrl":
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
+    assert not upward, "imports up the layers:\n" + "\n".join(upward)
+
+
+def test_no_module_is_over_400_lines():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
+    """The rules above can fail: a package with a -> b -> a, and an import of cli from utils."""
+    package = tmp_path / "distrl"
+    (package / "utils").mkdir(parents=True)
+    (package / "cli").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "utils" / "__init__.py").write_text("")
+    (package / "cli" / "__init__.py").write_text("")
+    (package / "utils" / "a.py").write_text("def f():\n    from distrl.utils import b\n")
+    (package / "utils" / "b.py").write_text("from distrl.utils.a import f\nfrom distrl.cli import c\n")
+    (package / "cli" / "c.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    with pytest.raises(pytest.fail.Exception, match="distrl.utils.a -> distrl.utils.b -> distrl.utils.a"):
+        test_no_import_cycle()
+    with pytest.raises(AssertionError, match="utils/b.py:2 imports distrl.cli.c"):
+        test_imports_run_down_the_layers()
