@@ -9,6 +9,7 @@ W&B) against agent steps.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from distrl.engine.evaluator import EvalResult
 from distrl.engine.storage import drain
+from distrl.engine.supervisor import Stalled
 from distrl.nn.dormant import dormant_fractions
 from distrl.utils import checkpoint
 
@@ -64,6 +66,7 @@ class Reporting:
         (``dormant/<layer>``, :func:`distrl.nn.dormant.dormant_fractions` on up to
         ``DORMANT_OBSERVATIONS`` observations of the learner's last batch, under its lock: the weights
         of one moment); returns this moment as the next ``last_log``."""
+        measured = self._dormant_scalars() if dormant else {}  # before the clock: it takes a moment
         timed = self._learner_time()  # may wait for an update to end: the clock is read after it, so that
         now = time.perf_counter()     # SPS's interval is the one between the log records' times
         (then, steps_then, (updates_then, seconds_then)), (updates, seconds) = last_log, timed
@@ -77,8 +80,7 @@ class Reporting:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 key = "losses/intrinsic" if name == "intrinsic_loss" else f"losses/{name}"
                 scalars["charts/" + name if name in charts else key] = value
-        if dormant:
-            scalars.update(self._dormant_scalars())
+        scalars.update(measured)
         if updates > updates_then:
             scalars.update({f"perf/learner_{name}_ms": 1000 * (seconds[name] - seconds_then[name])
                             / (updates - updates_then) for name in seconds})
@@ -139,6 +141,40 @@ class Reporting:
         snapshot = self.checkpoint_state()
         self._log_eval(*self.evaluations.run(snapshot, step), step)
 
+    def _announce(self) -> None:
+        cfg, p = self.cfg, self.placement
+        log.info("run directory %s", self.run_dir.resolve())
+        log.info("%s: observations %s, %d actions | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
+                 "%d thread(s) | %s", cfg.env.id, self.spec.obs_shape, self.spec.num_actions, p.num_actors,
+                 p.envs_per_actor, cfg.num_steps, cfg.batch_size, self.device, p.learner_threads,
+                 self.policy.describe())
+        log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
+        log.debug("%s", self.policy.learner)
+        if self.ranks.enabled:
+            log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
+                     "batch B x ranks = %d", self.ranks.rank, self.ranks.world_size, self.ranks.local_rank,
+                     self.ranks.local_world_size, sorted(os.sched_getaffinity(0)),
+                     cfg.batch_size * self.ranks.world_size)
+        log.info("training to %d agent steps (%d frames); Ctrl-C stops and saves a checkpoint",
+                 cfg.train.num_train_steps, cfg.train.num_train_steps * self.spec.frameskip)
+
+    def _check_progress(self, progress_at: tuple[float, int], steps: int) -> tuple[float, int]:
+        """The moment agent steps last moved; raise :class:`Stalled` after ``train.stall_timeout``
+        seconds without."""
+        if steps != progress_at[1]:
+            return time.monotonic(), steps
+        seconds = time.monotonic() - progress_at[0]
+        if seconds <= self.cfg.train.stall_timeout:
+            return progress_at
+        log.error("no agent step consumed for %.0f s (train.stall_timeout=%g); where everything is:",
+                  seconds, self.cfg.train.stall_timeout)
+        for line in self.workers.report():
+            log.error("  %s", line)
+        raise Stalled(f"stalled: no agent step consumed for {seconds:.0f} s at {steps} agent "
+                      f"steps (train.stall_timeout={self.cfg.train.stall_timeout:g}); train.log says where "
+                      f"each actor and learner was")
+
+    # ----------------------------------------------------------------- shutdown
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

@@ -13,7 +13,6 @@ import copy
 import logging
 import os
 import random
-import signal
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from distrl.engine.reporting import DORMANT_LOG_INTERVALS, Reporting, flatten
 from distrl.engine.rundir import default_run_dir
 from distrl.engine.schedule import Every, Position, Schedule, Throughput
 from distrl.engine.shared import Channels
+from distrl.engine.shutdown import SHUTTING_DOWN, Shutdown
 from distrl.engine.storage import RolloutStorage
 from distrl.engine.supervisor import (
     ActorFailure,
@@ -46,7 +46,6 @@ from distrl.engine.supervisor import (
     Stalled,
     TrainingError,
     Workers,
-    handling_signals,
 )
 from distrl.envs import env_seed, eval_seed
 from distrl.intrinsic import make_intrinsic, needs_value_head
@@ -62,7 +61,7 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.25
 
 
-class DistributedTrainer(Checkpointing, Reporting):
+class DistributedTrainer(Checkpointing, Reporting, Shutdown):
     """IMPALA training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.agents`).
 
     Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is
@@ -122,7 +121,6 @@ class DistributedTrainer(Checkpointing, Reporting):
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
         self.best_eval_return = -float("inf")
-        self.free_indices: list[int] = []
         self.save_requested = threading.Event()
         # one live run per run directory (rank 0 holds it for a group of ranks); before any checkpoint is read
         self.run_lock = RunLock(self.run_dir)
@@ -208,23 +206,6 @@ class DistributedTrainer(Checkpointing, Reporting):
             finally:
                 torch.set_num_threads(threads_before)
         return self.counters
-
-    def _announce(self) -> None:
-        cfg, p = self.cfg, self.placement
-        log.info("run directory %s", self.run_dir.resolve())
-        log.info("%s: observations %s, %d actions | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
-                 "%d thread(s) | %s", cfg.env.id, self.spec.obs_shape, self.spec.num_actions, p.num_actors,
-                 p.envs_per_actor, cfg.num_steps, cfg.batch_size, self.device, p.learner_threads,
-                 self.policy.describe())
-        log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
-        log.debug("%s", self.policy.learner)
-        if self.ranks.enabled:
-            log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
-                     "batch B x ranks = %d", self.ranks.rank, self.ranks.world_size, self.ranks.local_rank,
-                     self.ranks.local_world_size, sorted(os.sched_getaffinity(0)),
-                     cfg.batch_size * self.ranks.world_size)
-        log.info("training to %d agent steps (%d frames); Ctrl-C stops and saves a checkpoint",
-                 cfg.train.num_train_steps, cfg.train.num_train_steps * self.spec.frameskip)
 
     def _run(self) -> None:
         cfg, p, train = self.cfg, self.placement, self.cfg.train
@@ -312,68 +293,3 @@ class DistributedTrainer(Checkpointing, Reporting):
         finished = self.evaluations.finished(wait=True)
         if finished:
             self._log_eval(*finished)
-
-    def _check_progress(self, progress_at: tuple[float, int], steps: int) -> tuple[float, int]:
-        """The moment agent steps last moved; raise :class:`Stalled` after ``train.stall_timeout``
-        seconds without."""
-        if steps != progress_at[1]:
-            return time.monotonic(), steps
-        seconds = time.monotonic() - progress_at[0]
-        if seconds <= self.cfg.train.stall_timeout:
-            return progress_at
-        log.error("no agent step consumed for %.0f s (train.stall_timeout=%g); where everything is:",
-                  seconds, self.cfg.train.stall_timeout)
-        for line in self.workers.report():
-            log.error("  %s", line)
-        raise Stalled(f"stalled: no agent step consumed for {seconds:.0f} s at {steps} agent "
-                      f"steps (train.stall_timeout={self.cfg.train.stall_timeout:g}); train.log says where "
-                      f"each actor and learner was")
-
-    # ----------------------------------------------------------------- shutdown
-    def _shutdown(self, outcome: str) -> None:
-        """Stop the workers and the evaluation, then save (and, after a finished run, evaluate the
-        final weights and save again)."""
-        SHUTTING_DOWN.set()
-        failure = None
-        # a second Ctrl-C or SIGTERM is logged and must not skip the checkpoint
-        with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
-            self.evaluations.stop()
-            finish = 0.0
-            if self.ranks.enabled and outcome in ("done", "interrupted"):
-                # The ranks' learners stop together, after the same update and their last collectives
-                # (a rank that left one half done would make gloo abort the others): at the end of the
-                # budget by themselves, after an interrupt at the next episode exchange.
-                if outcome == "interrupted":
-                    self.ranks.stop_requested.set()
-                finish = self.ranks.timeout
-            self.free_indices = self.workers.stop(learners_finish=finish)
-            self.actor_logs.stop()
-            # the other ranks' episodes of the learners' last exchange
-            self._log_episodes(list(self.ranks.incoming), self.position.agent_steps, deque())
-            self.ranks.incoming.clear()
-            try:
-                if outcome != "failed":  # after a learner error the optimizer state may be half-updated
-                    failure = self._save_or_warn()
-                if failure is None and outcome == "done" and self.cfg.train.num_eval_episodes > 0 \
-                        and self.ranks.is_main:
-                    self._final_eval()
-                    failure = self._save_or_warn()
-            finally:
-                self.telemetry.close()
-                self.workers.close()
-            position = self.position
-            log.info("training %s at %d agent steps (%d frames), %d updates", outcome, position.agent_steps,
-                     position.frames, position.updates)
-        if failure is not None and outcome == "done":
-            raise TrainingError(f"the final checkpoint could not be written in {self.run_dir / 'checkpoints'}: "
-                                f"{failure}")
-
-
-# Set while a trainer of this process stops (from the first line of its shutdown to the next run):
-# a sweep job's interrupt watcher (distrl.cli.sweeps) stops signalling then.
-SHUTTING_DOWN = threading.Event()
-
-
-def _already_stopping(signum, frame) -> None:
-    """Signal handler during shutdown: a second Ctrl-C or SIGTERM is logged, nothing else."""
-    log.warning("%s: already stopping; the checkpoint is being written", signal.Signals(signum).name)
