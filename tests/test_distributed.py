@@ -4,6 +4,7 @@ tier, torchrun, two launches at once and a lost rank."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -28,6 +29,11 @@ def _episodes(run_dir) -> list[dict]:
 
 def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     run_dir = tmp_path / "run"
+    if len(os.sched_getaffinity(0)) < 2:  # one core: two ranks are refused before any process starts
+        done = run_distrl(["train", *TWO_RANKS, "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"])
+        assert done.returncode == 2 and not run_dir.exists(), done.stderr[-3000:]
+        assert "distributed.nproc_per_node=2 is not allowed: at most the 1 cores" in done.stderr
+        return
     # check_interval=1: the ranks compare their weights after every update (a difference ends the run)
     done = run_distrl(["train", *TWO_RANKS, "distributed.nproc_per_node=2", "distributed.check_interval=1",
                        f"hydra.run.dir={run_dir}"], timeout=180)

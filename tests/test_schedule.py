@@ -58,7 +58,7 @@ def test_placement_sizes_a_machine_of_2_16_48_cores(cores, device, actors, threa
     synchronous stepping, the default with a CPU learner) or not at all (async, with CUDA)."""
     import torch
 
-    from distrl.engine import placement
+    from distrl.config import placement
 
     monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: set(range(100, 100 + cores)))
     monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device(device))

@@ -38,30 +38,41 @@ def test_shares_split_the_cores_and_a_claim_is_held_until_released(tmp_path):
     again.release()
 
 
-REFUSED = {  # the sweep's arguments -> the one error line (a regular expression)
-    "jobs": (["hydra.launcher.n_jobs=3"],
-             "hydra.launcher.n_jobs=3 jobs at once on 2 cores: each job needs at least one core"),
-    "actors": (["hydra.launcher.n_jobs=2", "num_actors=1,2"],
-               r"num_actors=2 with 2 jobs at once on 2 cores: 2 x 2 actors > 2 cores; each job has 1 core\(s\)"),
-    "memory": (["hydra.launcher.n_jobs=2", "num_storages=100000000"],
-               r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), this "
-               r"machine has [\d.]+ GiB available"),
-    "optuna-direction": (["hydra/sweeper=optuna", "agent.lr=interval(0.001,0.01)", "seed=1"],
-                         "hydra.sweeper.direction=minimize with objective=eval/mean_return: Optuna would look for "
-                         "the lowest return"),
-}
+CORES = len(os.sched_getaffinity(0))
+
+
+def refused_sweeps(cores: int) -> dict[str, tuple[list[str], str]]:
+    """The sweep's arguments -> the one error line (a regular expression), for a machine of ``cores``
+    cores: more jobs than cores, more actors than a job's share (with 2 jobs of cores // 2 each), more
+    memory than there is, Optuna told to minimise a return. On one core two jobs are already too many:
+    the actors' and the memory's cases need two jobs side by side, so only the others exist there."""
+    share = cores // 2
+    cases = {
+        "jobs": ([f"hydra.launcher.n_jobs={cores + 1}"],
+                 f"hydra.launcher.n_jobs={cores + 1} jobs at once on {cores} cores: each job needs at least one core"),
+        "optuna-direction": (["hydra/sweeper=optuna", "agent.lr=interval(0.001,0.01)", "seed=1"],
+                             "hydra.sweeper.direction=minimize with objective=eval/mean_return: Optuna would look "
+                             "for the lowest return"),
+    }
+    if cores >= 2:
+        cases["actors"] = (["hydra.launcher.n_jobs=2", f"num_actors=1,{share + 1}"],
+                           rf"num_actors={share + 1} with 2 jobs at once on {cores} cores: 2 x {share + 1} actors > "
+                           rf"{cores} cores; each job has {share} core\(s\)")
+        cases["memory"] = (["hydra.launcher.n_jobs=2", "num_storages=10000000000"],
+                           r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), "
+                           r"this machine has [\d.]+ GiB available")
+    return cases
 
 
 def test_a_sweep_the_machine_cannot_hold_is_refused_before_any_job_starts(tmp_path):
     """Each way once through the real command, all started at once (their start-ups overlap)."""
-    if len(os.sched_getaffinity(0)) != 2:
-        pytest.fail("the expected messages are written for a 2-core machine")
+    refused = refused_sweeps(CORES)
     procs = {}
-    for case, (args, _) in REFUSED.items():
+    for case, (args, _) in refused.items():
         sweep = [a for a in SWEEP if not a.startswith("hydra/launcher")] if "hydra/sweeper=optuna" in args else SWEEP
         seeds = [] if "seed=1" in args else ["seed=1,2"]
         procs[case] = DistrlProcess([*sweep, *seeds, *args, f"hydra.sweep.dir={tmp_path / case}"])
-    for (case, (_, message)), done in zip(REFUSED.items(), finish_all(list(procs.values()), timeout=120),
+    for (case, (_, message)), done in zip(refused.items(), finish_all(list(procs.values()), timeout=120),
                                           strict=True):
         assert done.returncode == 2, (case, done.stderr[-2000:])
         errors = [line for line in done.stderr.splitlines() if "error" in line]
