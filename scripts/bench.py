@@ -288,9 +288,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds of E, I, S, L (interleaved, so that a machine whose speed drifts "
                              "affects every figure alike); each figure is the median of its rounds")
-    parser.add_argument("--precisions", nargs="+", default=["auto"], choices=["auto", "fp32", "bf16"],
-                        help="measure every figure with each precision, back to back (e.g. fp32 bf16)")
+    parser.add_argument("--precisions", nargs="+", choices=["auto", "fp32", "bf16"],
+                        help="measure every figure with each precision, back to back (e.g. fp32 bf16); "
+                             "default: the precision= override, else auto")
     args, overrides = parser.parse_known_args()
+    asked = [o.split("=", 1)[1] for o in overrides if o.startswith("precision=")]
+    if asked and args.precisions:
+        parser.error(f"precision={asked[-1]} and --precisions {' '.join(args.precisions)}: give one of them")
+    overrides = [o for o in overrides if not o.startswith("precision=")]
+    precisions = args.precisions or asked[-1:] or ["auto"]
     cfg = compose_config(overrides)
     from distrl.envs import env_spec
 
@@ -302,7 +308,7 @@ def main() -> None:
              "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder,
              "actor_cores": placement.actor_cores, "overrides": overrides}
     print(json.dumps({"machine": machine, "setup": setup}), flush=True)
-    tables = _measure(args, {precision: [*overrides, f"precision={precision}"] for precision in args.precisions},
+    tables = _measure(args, {precision: [*overrides, f"precision={precision}"] for precision in precisions},
                       spec)
     for precision, rows in tables:
         width = max(len(k) for k, _ in rows)

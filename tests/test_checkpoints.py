@@ -6,6 +6,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import imageio.v2 as imageio
@@ -95,7 +97,7 @@ def test_eval_prints_episodes_and_writes_results_and_a_video(pong_run, tmp_path)
     assert results["mean_return"] == pytest.approx(sum(r for r, _ in printed) / 2)
     assert results["env_id"] == "ALE/Pong-v5" and results["agent_steps"] >= pong_run.steps
     assert results["deterministic"] is False and results["checkpoint"].endswith("latest.pt")
-    # trained in bf16 (PONG_RUN), evaluated in fp32 as asked; without the key, the checkpoint's precision
+    # trained in bf16 (PONG_RUN), evaluated in fp32 as asked; without the key, as the run's evaluations were
     assert load_checkpoint(pong_run.run_dir / "checkpoints" / "latest.pt")["precision"] == "bf16"
     assert results["precision"] == "fp32" and ", fp32, checkpoint at" in done.stdout
     frames = [frame for frame in imageio.get_reader(out / "video.mp4")]  # (list() asks its length: inf)
@@ -208,3 +210,38 @@ def test_sigkill_during_frequent_saves_leaves_a_loadable_latest_and_nothing_in_d
         else:
             pytest.fail(f"child {child} outlived its SIGKILLed parent")
     assert set(os.listdir("/dev/shm")) - before == set()
+
+
+def test_a_write_that_fails_on_the_disk_names_the_os_error_not_torchs_zip_writer(tmp_path):
+    """A checkpoint larger than the room left (here a file-size limit, RLIMIT_FSIZE, in a process of
+    its own): the error says what the OS said ("File too large"; on a full disk "No space left on
+    device"), not torch's "unexpected pos", and no file is left behind."""
+    script = f"""
+import resource, signal, torch
+from pathlib import Path
+from distrl.utils.checkpoint import CheckpointSaveError, save_file
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    save_file({{"model": torch.zeros(500_000)}}, Path({str(tmp_path / "latest.pt")!r}))
+except CheckpointSaveError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "File too large" in done.stdout and "unexpected pos" not in done.stdout, done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_scores_in_the_precision_of_the_runs_own_evaluations(tmp_path):
+    """Evaluations during training run in the actors' precision; distrl eval does the same by default,
+    not in the learner's: a checkpoint of a bf16 learner whose actors ran fp32 (a CUDA learner beside
+    a CPU without bf16) is scored in fp32, and one older than the key as its config says."""
+    state = load_checkpoint(OLD_CHECKPOINT)
+    state["precision"], state["actor_precision"] = "bf16", "fp32"
+    ckpt = tmp_path / "mixed.pt"
+    torch.save(state, ckpt)
+    out = tmp_path / "eval"
+    done = run_distrl(["eval", f"ckpt={ckpt}", "num_episodes=1", f"hydra.run.dir={out}"], timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["precision"] == "fp32"

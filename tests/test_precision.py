@@ -2,12 +2,15 @@
 forward under autocast with fp32 weights, optimizer state and losses; the actors' inference)."""
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import compose_train
+from conftest import REPO, compose_train
 
 from distrl.config import host
 from distrl.config.placement import plan
@@ -134,3 +137,18 @@ def test_frames_become_bf16_directly_under_autocast_with_the_values_of_the_float
         direct = _to_float_image(frames)
     assert direct.dtype == torch.bfloat16 and direct.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(direct, _to_float_image(frames).to(torch.bfloat16))
+
+
+@pytest.mark.long
+def test_the_benchmark_measures_the_precision_given_on_its_command_line():
+    """scripts/bench.py with ``precision=fp32`` among its overrides measures fp32 (it once appended
+    its own ``precision=auto`` after them and measured bf16 on a bf16 CPU); with ``--precisions`` too
+    it refuses the pair."""
+    bench = [sys.executable, str(REPO / "scripts" / "bench.py"), "env=atari", "precision=fp32", "--only", "E",
+             "--seconds", "0.3", "--warmup", "0"]
+    done = subprocess.run(bench, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    asked = [json.loads(line)["precision"] for line in done.stdout.splitlines() if '"asked"' in line]
+    assert asked == [{"asked": "fp32", "learner": "fp32", "why": "set", "actors": "fp32"}]
+    both = subprocess.run([*bench, "--precisions", "bf16"], capture_output=True, text=True, timeout=300)
+    assert both.returncode == 2 and "precision=fp32 and --precisions bf16: give one of them" in both.stderr

@@ -13,9 +13,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.cli.exits import checked, fail
-from distrl.config.host import resolve_device
+from distrl.config.host import actor_precision, resolve_device
 from distrl.config.schema import ConfigError, config_dir, register_configs
-from distrl.config.validation import validate_env, validate_eval
+from distrl.config.validation import validate_bf16_device, validate_env, validate_eval
 from distrl.utils.checkpoint import CheckpointError, load_checkpoint
 
 log = logging.getLogger("distrl")
@@ -39,6 +39,15 @@ def policy_from_checkpoint(state: dict, path: str):
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: its weights do not fit its model config: {str(exc).splitlines()[0]}") from None
     return model, train_cfg
+
+
+def evaluation_precision(state: dict) -> str:
+    """The arithmetic ``distrl eval`` scores a checkpoint in by default: that of the run's own
+    evaluations, i.e. of its actors (``actor_precision``; a checkpoint without it: the actors'
+    precision for its ``precision`` key on this CPU, fp32 for one older than bf16)."""
+    if "actor_precision" in state:
+        return state["actor_precision"]
+    return actor_precision(state["config"].get("precision", "fp32"))
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="eval")
@@ -69,7 +78,11 @@ def main(cfg: DictConfig) -> None:
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     device = resolve_device(cfg.device)
-    precision = cfg.precision or state.get("precision", "fp32")  # checkpoints before bf16 were fp32
+    precision = cfg.precision or evaluation_precision(state)
+    try:
+        validate_bf16_device(precision, device)  # the checkpoint's precision too, not only a precision= given
+    except ConfigError as exc:
+        fail("eval", str(exc))
     if cfg.video:
         video = out_dir / "video.mp4"
         result = record_episodes(model, env_cfg, cfg.num_episodes, cfg.seed, str(video), cfg.video_fps,

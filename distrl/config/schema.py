@@ -93,7 +93,7 @@ AGENT_SCHEMAS = {"impala": AgentConfig, "appo": AppoConfig}
 class ModelConfig:
     """Network: encoder, optional LSTM core, policy and baseline heads; values in conf/model/."""
 
-    encoder: str = MISSING  # nature_cnn | impala_resnet | mlp
+    encoder: str = MISSING  # nature_cnn | impala_resnet | minigrid_cnn | mlp
     feature_dim: int = MISSING
     hidden_dim: int = MISSING
     init_fn: str = MISSING  # orthogonal | xavier_uniform | default

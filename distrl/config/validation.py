@@ -114,11 +114,15 @@ def validate_eval(cfg: DictConfig) -> None:
     device = host.resolve_device(cfg.device)
     _check(cfg.precision is None or cfg.precision in PRECISIONS[1:], "precision", cfg.precision,
            "null (the checkpoint's), fp32 or bf16")
-    _validate_bf16_device(cfg.precision, device)
+    validate_bf16_device(cfg.precision, device)
 
 
-def _validate_bf16_device(precision: str | None, device) -> None:
-    """bf16 on a CUDA device needs one that computes it (Ampere or newer)."""
+def validate_bf16_device(precision: str | None, device) -> None:
+    """bf16 on a CUDA device needs one that computes it (Ampere or newer).
+
+    Raises:
+        ConfigError: ``precision`` is bf16 and ``device`` a CUDA device without it (key ``precision``).
+    """
     import torch
 
     if precision == "bf16" and device.type == "cuda":
@@ -200,7 +204,7 @@ def validate(cfg: DictConfig) -> Validated:
     validate_env(cfg.env)
     _validate_run(cfg)
     placement = plan(cfg)
-    _validate_bf16_device(cfg.precision, placement.device)
+    validate_bf16_device(cfg.precision, placement.device)
     _validate_sizes(cfg, placement)
     _validate_distributed(cfg, placement)
     _validate_agent(cfg.agent, cfg.batch_size)

@@ -95,6 +95,7 @@ class Checkpointing:
             "num_actions": self.spec.num_actions,
             "pretraining": bool(self.cfg.train.pretraining),
             "precision": self.placement.precision,
+            "actor_precision": self.placement.actor_precision,  # that of the run's evaluations (distrl eval's default)
             **({"intrinsic": intrinsic} if intrinsic is not None else {}),
         }
 

@@ -1,11 +1,13 @@
 """Intrinsic rewards for exploration, computed by the learner on the batch it trains on.
 
-The actors are not involved: a module sees a ``[T+1, B]`` batch of the rollout storage
-(:mod:`distrl.engine.storage`) and gives every step ``t`` of rows ``0..T-1`` an intrinsic reward for
-the observation it led to (row ``t+1``). The learner adds it to the extrinsic reward:
-``r_t = clip(r_ext_t) + coef_t * r_int_t / sigma`` (:meth:`distrl.engine.learner.Learner.loss`),
-where ``coef_t`` is ``intrinsic.coef`` times its schedule (:class:`distrl.engine.schedule.Schedule`)
-and ``sigma`` a running standard deviation (below).
+The actors are not involved: a module sees a ``[T+1, B]`` batch of rollouts (:mod:`distrl.rollout`)
+and gives every step ``t`` of rows ``0..T-1`` an intrinsic reward for the observation it led to
+(row ``t+1``), divided by a running standard deviation ``sigma`` (below). By default the learner
+gives it a return and a value head of its own and adds the advantages,
+``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.agents.base.AgentLoss.targets`); with
+``intrinsic.episodic=true`` it adds the rewards instead, ``r_t = clip(r_ext_t) + coef_t * r_int_t /
+sigma``, in one return. ``coef_t`` is ``intrinsic.coef`` times its schedule
+(:class:`distrl.engine.schedule.Schedule`).
 
 Decisions, with their sources:
 

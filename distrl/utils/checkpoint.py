@@ -23,6 +23,7 @@ leaves the previous file intact.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import pickle
@@ -92,19 +93,26 @@ class CheckpointSaveError(RuntimeError):
 
 
 def save_file(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, fsynced, then renamed into place.
+    """``torch.save`` into memory, then written to a temporary file beside ``path``, fsynced, and
+    renamed into place.
+
+    The bytes are written by Python, not by torch's zip writer: that writer turns a failed write
+    (a full disk, a file-size limit) into ``RuntimeError: ... unexpected pos ...``, which names
+    neither the file nor the cause; Python's ``OSError`` names both ("No space left on device").
 
     Raises:
         CheckpointSaveError: writing failed; ``path`` is as it was and the temporary file is gone.
     """
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
         with open(tmp, "wb") as f:
-            torch.save(obj, f)
+            f.write(buffer.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as exc:  # torch's zip writer reports a short write as RuntimeError
+    except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise CheckpointSaveError(f"cannot write {path}: {_first_line(exc)}") from exc
 
