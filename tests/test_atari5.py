@@ -9,7 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from conftest import REPO
+from omegaconf import OmegaConf
+
+from distrl.config.compose import compose_config
 
 SCRIPT = REPO / "scripts" / "atari5.py"
 # CleanRL PPO's 10M scores, which the issue quotes at an Atari-5 estimate of about 70 %.
@@ -104,3 +108,24 @@ def test_a_run_short_of_the_budget_is_marked_and_a_foreign_game_refused(tmp_path
     pong = make_run(tmp_path / "pong", "Pong", 0.0, 0.0)
     done = run_script(short, pong)
     assert done.returncode != 0 and "ALE/Pong-v5 is not an Atari-5 game" in done.stderr
+
+
+def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant_shares(tmp_path):
+    """scripts/screening.py on a run directory as distrl writes one: episodes averaged per window
+    (a window without an episode says n/a), the last eval, entropy and dormant shares, median SPS."""
+    run = tmp_path / "run"
+    run.mkdir()
+    cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2"], check=False)
+    (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+    records = [{"agent_steps": 100, "charts/episodic_return": 1000.0},
+               {"agent_steps": 400, "charts/episodic_return": 3000.0},
+               {"agent_steps": 500, "charts/SPS": 900.0, "losses/entropy": -2.5, "dormant/convs.1": 0.1},
+               {"agent_steps": 1300, "charts/episodic_return": 7000.0, "charts/SPS": 1100.0, "losses/entropy": -2.0,
+                "dormant/convs.1": 0.3, "dormant/fc.1": 0.5},
+               {"agent_steps": 1400, "eval/mean_return": 4000.0}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
+                         capture_output=True, text=True, check=True).stdout
+    row = out.splitlines()[-1]
+    assert row == ("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 | 2 | 0.00M | 2,000 / n/a / 7,000 | 4,000 | 2.00 "
+                   "| convs.1 0.30, fc.1 0.50 | 1,000 |")
