@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-long lint bench clean
+.PHONY: help install train test test-long lint docs bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install "$(TORCH)"
-	$(BIN)/pip install -e ".[dev,sweeps]"
+	$(BIN)/pip install -e ".[dev,sweeps,docs]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with the dev and sweeps extras
+install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with the dev, sweeps and docs extras
 
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)
@@ -32,8 +32,11 @@ test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check distrl tests scripts examples
 
+docs: $(STAMP) ## the documentation site into site/ (mkdocs build --strict: a broken link or docstring fails it)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP) ## throughput benchmark (scripts/bench.py); add ARGS="env=atari ..."
 	$(BIN)/python scripts/bench.py $(ARGS)
 
 clean: ## remove the venv and build files (keeps outputs/)
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
