@@ -16,6 +16,7 @@ import pytest
 import torch
 from conftest import PONG_RUN, REPO, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, run_distrl
 
+from distrl.cli.evaluate import evaluation_precision
 from distrl.engine.trainer import DistributedTrainer
 from distrl.utils.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 
@@ -233,15 +234,15 @@ except CheckpointSaveError as exc:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_eval_scores_in_the_precision_of_the_runs_own_evaluations(tmp_path):
+def test_eval_scores_in_the_precision_of_the_runs_own_evaluations():
     """Evaluations during training run in the actors' precision; distrl eval does the same by default,
     not in the learner's: a checkpoint of a bf16 learner whose actors ran fp32 (a CUDA learner beside
-    a CPU without bf16) is scored in fp32, and one older than the key as its config says."""
+    a CPU without bf16) is scored in fp32; one older than the key as its config's precision makes the
+    actors (fp32 for one older than bf16)."""
     state = load_checkpoint(OLD_CHECKPOINT)
+    assert "precision" not in state["config"] and evaluation_precision(state) == "fp32"
     state["precision"], state["actor_precision"] = "bf16", "fp32"
-    ckpt = tmp_path / "mixed.pt"
-    torch.save(state, ckpt)
-    out = tmp_path / "eval"
-    done = run_distrl(["eval", f"ckpt={ckpt}", "num_episodes=1", f"hydra.run.dir={out}"], timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads((out / "results.json").read_text())["precision"] == "fp32"
+    assert evaluation_precision(state) == "fp32"
+    del state["actor_precision"]
+    state["config"]["precision"] = "bf16"
+    assert evaluation_precision(state) == "bf16"

@@ -194,7 +194,7 @@ class DistributedAgent(LearnerHook):
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """One learner update on ``batch`` (a ``[T+1, B]`` dict of tensors, the layout of
-        :mod:`distrl.engine.storage`): IMPALA's (:meth:`distrl.engine.learner.Learner.update`).
+        :mod:`distrl.rollout`): IMPALA's (:meth:`distrl.engine.learner.Learner.update`).
 
         An override runs in the learner thread with the learner's lock held and must return the
         dict this returns (``super().update(batch)``), to which it may add float metrics: they are
