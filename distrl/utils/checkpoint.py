@@ -103,14 +103,35 @@ def save_file(obj: Any, path: Path) -> None:
     Raises:
         CheckpointSaveError: writing failed; ``path`` is as it was and the temporary file is gone.
     """
+    buffer = io.BytesIO()
+    try:
+        torch.save(obj, buffer)
+    except OSError as exc:
+        raise CheckpointSaveError(f"cannot write {path}: {_first_line(exc)}") from exc
+    _write_atomically(path, buffer.getbuffer())
+
+
+def _write_atomically(path: Path, data: Any = None, link_from: Path | None = None) -> None:
+    """``data`` (bytes-like) into a temporary file beside ``path``, fsynced, renamed into place; with
+    ``link_from``, a hard link to that file instead where the filesystem allows one.
+
+    Raises:
+        CheckpointSaveError: writing failed; ``path`` is as it was and the temporary file is gone.
+    """
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        buffer = io.BytesIO()
-        torch.save(obj, buffer)
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
+        linked = False
+        if link_from is not None:
+            try:
+                os.link(link_from, tmp)
+                linked = True
+            except OSError:  # a filesystem without hard links: a copy
+                data = link_from.read_bytes()
+        if not linked:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -128,19 +149,7 @@ def _atomic_alias(source: Path, alias: Path) -> None:
     Raises:
         CheckpointSaveError: as :func:`save_file`.
     """
-    tmp = alias.with_name(f".{alias.name}.tmp{os.getpid()}")
-    try:
-        try:
-            os.link(source, tmp)
-        except OSError:
-            with open(source, "rb") as src, open(tmp, "wb") as dst:
-                dst.write(src.read())
-                dst.flush()
-                os.fsync(dst.fileno())
-        os.replace(tmp, alias)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise CheckpointSaveError(f"cannot write {alias}: {_first_line(exc)}") from exc
+    _write_atomically(alias, link_from=source)
 
 
 def save_checkpoint(state: dict[str, Any], directory: str | os.PathLike, keep: int, best: bool = False) -> Path:
