@@ -31,8 +31,9 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     run_dir = tmp_path / "run"
     if len(os.sched_getaffinity(0)) < 2:  # one core: two ranks are refused before any process starts
         done = run_distrl(["train", *TWO_RANKS, "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"])
-        assert done.returncode == 2 and not run_dir.exists(), done.stderr[-3000:]
+        assert done.returncode == 2 and not done.children, done.stderr[-3000:]
         assert "distributed.nproc_per_node=2 is not allowed: at most the 1 cores" in done.stderr
+        assert not (run_dir / "checkpoints").exists() and not (run_dir / "metrics.jsonl").exists()
         return
     # check_interval=1: the ranks compare their weights after every update (a difference ends the run)
     done = run_distrl(["train", *TWO_RANKS, "distributed.nproc_per_node=2", "distributed.check_interval=1",
