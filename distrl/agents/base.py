@@ -19,9 +19,6 @@ from omegaconf import DictConfig
 from distrl.agents import vtrace
 from distrl.rollout import BOOTSTRAP, STEPS
 
-# Keys of a batch with one value per unroll rather than per row: ``[B]`` or ``[1, B, H]``.
-PER_UNROLL_DIM = {"policy_version": 0, "core_h": 1, "core_c": 1}
-
 LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # total, policy, value, entropy
 
 
@@ -130,6 +127,8 @@ class AgentLoss:
             return [batch]
         size = batch["action"].shape[1]
         order = torch.randperm(size, generator=generator)
-        return [{key: value.index_select(PER_UNROLL_DIM.get(key, 1), part.to(value.device))
+        # the unrolls' dimension: 0 of a [B] key (policy_version), 1 of every other ([T+1, B, ...] rows,
+        # [T, B] intrinsic rewards, the [1, B, H] LSTM state)
+        return [{key: value.index_select(0 if value.dim() == 1 else 1, part.to(value.device))
                  for key, value in batch.items()}
                 for part in order.chunk(self.num_minibatches)]

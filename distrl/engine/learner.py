@@ -163,18 +163,15 @@ class Learner:
                 batch = {**batch, "intrinsic_reward": normalised}
                 intrinsic = {"intrinsic_reward_raw": raw.mean().item(), "intrinsic_reward": normalised.mean().item(),
                              "intrinsic_coef": position.intrinsic_coef}
-            steps = 0
-            for _ in range(self.agent_loss.num_epochs):
-                for minibatch in self.agent_loss.minibatches(batch, self.generator):
-                    scalars, finite = self._optimizer_step(minibatch, position.entropy_cost, stop,
-                                                           position.intrinsic_coef)
-                    if steps == 0 or not finite:
-                        reported = scalars
-                    if not finite:
-                        break
-                    steps += 1
+            plan = (minibatch for _ in range(self.agent_loss.num_epochs)
+                    for minibatch in self.agent_loss.minibatches(batch, self.generator))
+            for step, minibatch in enumerate(plan):
+                scalars, finite = self._optimizer_step(minibatch, position.entropy_cost, stop, position.intrinsic_coef)
+                if step == 0 or not finite:
+                    reported = scalars
                 if not finite:
                     break
+            steps = step + finite  # optimizer steps made
             publish_start = time.perf_counter()
             if steps > 0:  # at least one optimizer step was made
                 self.policy.publish()
