@@ -143,8 +143,7 @@ def bench_inference(cfg, spec, args) -> float:
 def bench_sampling(cfg, spec, args) -> float:
     from distrl.engine.actor import actor_contexts, run_actor
     from distrl.engine.actor_learner import DistributedActorLearner
-    from distrl.engine.shared import Channels
-    from distrl.engine.storage import RolloutStorage
+    from distrl.engine.storage import Channels, RolloutStorage
     from distrl.rollout import RolloutLayout
 
     ctx = mp.get_context("spawn")

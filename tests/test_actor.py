@@ -21,8 +21,7 @@ from conftest import compose_train
 from distrl.config.placement import plan
 from distrl.engine.actor import act, actor_contexts
 from distrl.engine.actor_learner import DistributedActorLearner
-from distrl.engine.shared import Channels
-from distrl.engine.storage import RolloutStorage
+from distrl.engine.storage import Channels, RolloutStorage
 from distrl.envs import env_spec
 from distrl.rollout import RolloutLayout
 

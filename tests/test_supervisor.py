@@ -13,8 +13,7 @@ import torch
 from distrl.engine.actor import ActorContext
 from distrl.engine.distributed import CollectiveFailed
 from distrl.engine.learner import LearnerStats
-from distrl.engine.shared import Channels
-from distrl.engine.storage import RolloutStorage
+from distrl.engine.storage import Channels, RolloutStorage
 from distrl.engine.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
 from distrl.rollout import RolloutLayout
 

@@ -1,25 +1,26 @@
 """The engine: one rollout from env step to gradient, read in order.
 
-1. ``../rollout.py``      The slot a rollout lives in: ``RolloutLayout`` names each row's keys (what
-                          the actor writes at row t, what the env step gave, what is per slot) and
-                          the rows the loss reads (``STEPS`` = 0..T-1, ``BOOTSTRAP`` = T).
-2. ``actor.py``           ``act``: an actor process steps ``envs_per_actor`` envs, acts on them with
-                          one batched forward pass of the actor copy of the network
-                          (``distrl.nn.actor_critic.step_policy``, the one loop step the actors and
-                          the evaluation share), and its ``SlotWriter`` writes each env's unroll into
-                          a slot of ``storage.py``'s shared memory and puts the slot on the full
-                          queue once it reaches row T.
-3. ``actor_learner.py``   The actor copy of the network (shared memory, read by the actors) and the
-                          learner copy, and ``publish`` from one to the other.
+1. ``../envs/__init__.py`` ``VectorStepper.step``: one call steps every env of an actor (ale-py's
+                          vector env or Gymnasium's).
+2. ``actor.py``           ``act``: the actor acts on its envs with one batched forward pass of the
+                          actor copy of the network (``distrl.nn.actor_critic.step_policy``, the one
+                          loop step the actors and the evaluation share), and its ``SlotWriter``
+                          writes each env's unroll into a slot and puts the slot on the full queue
+                          once it reaches row T.
+3. ``storage.py``         The slots in shared memory (their rows: ``../rollout.py``'s
+                          ``RolloutLayout``; the loss reads ``STEPS`` = 0..T-1 and ``BOOTSTRAP`` = T)
+                          and the kill-safe queues their indices travel on (with ``Channels``: the
+                          episode, error and log queues and the shared numbers of a run).
 4. ``learner.py``         ``run_learner_thread``: ``take_full_slots`` (B of them), ``get_batch`` (one
                           ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (epochs of
                           minibatches, an optimizer step on the agent's loss for each, the weights
-                          published to the actors' copy).
-5. ``../agents/``         The agent's loss on a (mini)batch: ``base.py`` (V-trace's targets), then
-                          ``impala.py`` or ``appo.py``; ``vtrace.py`` the pure tensor functions.
+                          published to the actors' copy: ``actor_learner.py``).
+5. ``../agents/impala.py`` (or ``appo.py``) The agent's loss on a (mini)batch, on the targets of
+                          ``base.py`` (V-trace, whose tensor functions are ``vtrace.py``).
 
-The env step is one call into ``distrl.envs`` (``VectorStepper``: ale-py's vector env or
-Gymnasium's); a slot index crosses processes through ``shared.py``'s queues. The life of a slot::
+The network these files call (``distrl.nn``: the encoder, ``actor_critic.py``) and its two copies
+(``actor_learner.py``: the actors' in shared memory, the learner's) are not on the data path. The
+life of a slot::
 
     free queue --actor takes it--> actor writes rows 0..T --full queue--> learner takes B of them
         ^                                                                        |
@@ -27,8 +28,7 @@ Gymnasium's); a slot index crosses processes through ``shared.py``'s queues. The
 
 (A slot held by an actor that dies goes back to the free queue: ``supervisor.py``.)
 
-Around the data path: ``shared.py`` the queues and numbers shared with the actor processes (safe
-against a process killed at any moment); ``supervisor.py`` starts, watches, restarts and stops the
+Around the data path: ``supervisor.py`` starts, watches, restarts and stops the
 actors and learner threads; ``schedule.py`` derives everything from the update count (agent
 steps, the learning rate, the entropy cost) and says when to log, evaluate and save;
 ``evaluator.py`` plays evaluation episodes in the background; ``trainer.py``

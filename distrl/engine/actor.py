@@ -24,8 +24,7 @@ import numpy as np
 import torch
 
 from distrl.engine.logs import log_to_queue
-from distrl.engine.shared import PIPE_BUF, Channels
-from distrl.engine.storage import NO_OWNER, RolloutStorage
+from distrl.engine.storage import NO_OWNER, PIPE_BUF, Channels, RolloutStorage
 from distrl.envs import VectorStepper, env_seed, final_observations, make_vector_env
 from distrl.nn.actor_critic import AgentState, StepInputs, final_values, step_policy
 from distrl.rollout import ACTED_KEYS, STEPPED_KEYS

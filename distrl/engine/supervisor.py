@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from distrl.engine.actor import STOP_SIGNALS, ActorContext, run_actor
 from distrl.engine.distributed import CollectiveFailed
 from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
-from distrl.engine.shared import Channels
-from distrl.engine.storage import RolloutStorage, drain
+from distrl.engine.storage import Channels, RolloutStorage, drain
 
 log = logging.getLogger(__name__)
 

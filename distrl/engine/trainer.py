@@ -36,9 +36,8 @@ from distrl.engine.learner import Learner, LearnerStats, make_optimizer
 from distrl.engine.reporting import DORMANT_LOG_INTERVALS, Reporting, flatten
 from distrl.engine.rundir import default_run_dir
 from distrl.engine.schedule import Every, Position, Schedule, Throughput
-from distrl.engine.shared import Channels
 from distrl.engine.shutdown import SHUTTING_DOWN, Shutdown
-from distrl.engine.storage import RolloutStorage
+from distrl.engine.storage import Channels, RolloutStorage
 from distrl.engine.supervisor import (
     ActorFailure,
     LearnerFailure,

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from distrl.config.host import max_indices
-from distrl.engine.shared import PIPE_BUF, IndexQueue, MessageQueue, SharedValue
-from distrl.engine.storage import RolloutStorage, drain
+from distrl.engine.storage import PIPE_BUF, IndexQueue, MessageQueue, RolloutStorage, SharedValue, drain
 from distrl.rollout import RolloutLayout
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
