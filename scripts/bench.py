@@ -142,8 +142,8 @@ def bench_inference(cfg, spec, args) -> float:
 # ---------------------------------------------------------------- S: real actors, null learner
 def bench_sampling(cfg, spec, args) -> float:
     from distrl.engine.actor import actor_contexts, run_actor
-    from distrl.engine.actor_learner import DistributedActorLearner
     from distrl.engine.storage import Channels, RolloutStorage
+    from distrl.nn.actor_learner import DistributedActorLearner
     from distrl.rollout import RolloutLayout
 
     ctx = mp.get_context("spawn")
@@ -195,10 +195,10 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
 
 
 def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float, out) -> None:
-    from distrl.engine.actor_learner import DistributedActorLearner
     from distrl.engine.learner import Learner, make_optimizer
     from distrl.engine.schedule import Schedule
     from distrl.engine.storage import RolloutStorage
+    from distrl.nn.actor_learner import DistributedActorLearner
     from distrl.rollout import RolloutLayout
 
     cfg = OmegaConf.create(cfg_dict)

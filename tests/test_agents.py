@@ -8,7 +8,7 @@ from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_poli
 
 from distrl.agents import AppoLoss, ImpalaLoss, make_loss
 from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss
-from distrl.engine.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import DistributedActorLearner
 
 
 def test_the_clipped_surrogate_stops_the_gradient_outside_the_clip_on_the_advantages_side():

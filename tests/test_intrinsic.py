@@ -10,8 +10,8 @@ from test_learner import learner_for, on_policy_batch
 
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
+from distrl.nn.actor_learner import DistributedActorLearner
 
 T, B = 8, 4
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import compose_train
 
-from distrl.engine.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import DistributedActorLearner
 
 
 def make(model: str, obs_shape):

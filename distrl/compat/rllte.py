@@ -32,9 +32,9 @@ from distrl.compat.env_objects import env_choice, env_node, writable
 from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.engine import actor_learner
 from distrl.engine.learner import LearnerHook
 from distrl.engine.trainer import DistributedTrainer
+from distrl.nn import actor_learner
 from distrl.nn.encoders import MIN_IMAGE_SIDE
 
 __all__ = ["DistributedActorLearner", "DistributedAgent", "IMPALA"]
@@ -245,7 +245,7 @@ class IMPALA(DistributedAgent):
 class DistributedActorLearner(actor_learner.DistributedActorLearner):
     """rllte's ``DistributedActorLearner(observation_space, action_space, feature_dim, hidden_dim,
     opt_class, opt_kwargs, init_fn, use_lstm)``: distrl's
-    :class:`distrl.engine.actor_learner.DistributedActorLearner` built from these arguments.
+    :class:`distrl.nn.actor_learner.DistributedActorLearner` built from these arguments.
 
     Args:
         observation_space: a Gymnasium ``Box`` (or one observation's shape): ``[C, H, W] uint8``

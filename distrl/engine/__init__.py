@@ -14,12 +14,12 @@
 4. ``learner.py``         ``run_learner_thread``: ``take_full_slots`` (B of them), ``get_batch`` (one
                           ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (epochs of
                           minibatches, an optimizer step on the agent's loss for each, the weights
-                          published to the actors' copy: ``actor_learner.py``).
+                          published to the actors' copy: ``distrl.nn.actor_learner``).
 5. ``../agents/impala.py`` (or ``appo.py``) The agent's loss on a (mini)batch, on the targets of
                           ``base.py`` (V-trace, whose tensor functions are ``vtrace.py``).
 
 The network these files call (``distrl.nn``: the encoder, ``actor_critic.py``) and its two copies
-(``actor_learner.py``: the actors' in shared memory, the learner's) are not on the data path. The
+(``actor_learner.py``: the actors' in shared memory, the learner's) hold no rollout. The
 life of a slot::
 
     free queue --actor takes it--> actor writes rows 0..T --full queue--> learner takes B of them

@@ -25,11 +25,11 @@ import torch
 from omegaconf import DictConfig
 
 from distrl.agents import make_loss
-from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.engine.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import RolloutStorage
 from distrl.intrinsic import IntrinsicReward
+from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.nn.precision import autocast
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,6 @@ from omegaconf import DictConfig, OmegaConf
 from distrl.config.validation import Validated, validate
 from distrl.engine import logs
 from distrl.engine.actor import actor_contexts
-from distrl.engine.actor_learner import DistributedActorLearner
 from distrl.engine.checkpointing import Checkpointing
 from distrl.engine.distributed import Ranks
 from distrl.engine.evaluator import EvalResult, Evaluations, evaluate
@@ -48,6 +47,7 @@ from distrl.engine.supervisor import (
 )
 from distrl.envs import env_seed, eval_seed
 from distrl.intrinsic import make_intrinsic, needs_value_head
+from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.utils import checkpoint
 from distrl.utils.runlock import RunLock
