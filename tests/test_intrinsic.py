@@ -1,4 +1,4 @@
-"""Intrinsic rewards (distrl/intrinsic.py) on hand-made batches, the learner's use of them, and the
+"""Intrinsic rewards (distrl/intrinsic/) on hand-made batches, the learner's use of them, and the
 keys that configure them."""
 
 import io

@@ -1,0 +1,150 @@
+"""What every intrinsic reward module shares: :class:`IntrinsicReward` (the rewards of a batch, their
+normalisation, the checkpoint state), the random encoders (:func:`feature_net`) and
+:class:`RunningMeanStd`. The decisions behind them are in :mod:`distrl.intrinsic`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from distrl.rollout import STEPS
+
+
+class RunningMeanStd(nn.Module):
+    """Running mean and variance of ``[N, *shape]`` samples (Chan et al. 1979's parallel update),
+    kept as buffers so that they are in the module's ``state_dict``."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.detach().double().reshape(-1, *self.mean.shape)
+        n = x.shape[0]
+        if n == 0:
+            return
+        mean, var = x.mean(0), x.var(0, unbiased=False)
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + var * n + delta**2 * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.var.sqrt().float()
+
+
+def feature_net(obs_shape: tuple[int, ...], out_dim: int) -> nn.Module:
+    """A random-initialised encoder to ``[N, out_dim]``, for ``[N, *obs_shape]`` float inputs.
+
+    Images of at least 36 pixels a side: the convolutions of Burda et al. (2019, Appendix A.4; the
+    Nature CNN's) with leaky ReLUs; smaller images (MiniGrid's 7 x 7): two 3 x 3 convolutions;
+    vectors: two layers of 256 with leaky ReLUs. The last layer is linear.
+    """
+    if len(obs_shape) == 3:
+        channels, height, width = obs_shape
+        if min(height, width) >= 36:
+            convs = [nn.Conv2d(channels, 32, 8, stride=4), nn.LeakyReLU(),
+                     nn.Conv2d(32, 64, 4, stride=2), nn.LeakyReLU(),
+                     nn.Conv2d(64, 64, 3, stride=1), nn.LeakyReLU()]
+        else:
+            convs = [nn.Conv2d(channels, 32, 3, padding=1), nn.LeakyReLU(),
+                     nn.Conv2d(32, 64, 3, padding=1), nn.LeakyReLU()]
+        trunk = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            flat = trunk(torch.zeros(1, *obs_shape)).shape[1]
+        return nn.Sequential(trunk, nn.Linear(flat, out_dim))
+    if len(obs_shape) == 1:
+        return nn.Sequential(nn.Linear(obs_shape[0], 256), nn.LeakyReLU(), nn.Linear(256, 256), nn.LeakyReLU(),
+                             nn.Linear(256, out_dim))
+    raise ValueError(f"observations of shape {tuple(obs_shape)}: an intrinsic reward needs [C, H, W] images "
+                     "or flat vectors")
+
+
+def orthogonal_init(module: nn.Module) -> None:
+    """Orthogonal weights with gain sqrt(2) and zero biases for every linear and convolutional layer
+    (the initialisation of Burda et al. 2019's code)."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
+            nn.init.zeros_(m.bias)
+
+
+class IntrinsicReward(nn.Module):
+    """What every module does, for observations of ``obs_shape``.
+
+    Args:
+        obs_shape: one observation's shape, ``[C, H, W]`` (uint8 images) or ``[D]`` (vectors).
+        cfg: the ``intrinsic`` config node.
+        newest_frame_only: use only the last channel of an image (the newest frame of a stack).
+        discount: the discount of the intrinsic returns whose std normalises RND's reward.
+        episodic: those returns are cut at an episode's end (``intrinsic.episodic``).
+
+    Raises:
+        ValueError: observations that are neither images nor flat vectors.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
+                 discount: float = 0.99, episodic: bool = False):
+        super().__init__()
+        self.is_image = len(obs_shape) == 3
+        self.newest_frame_only = newest_frame_only and self.is_image
+        self.input_shape = (1, *obs_shape[1:]) if self.newest_frame_only else tuple(obs_shape)
+        self.discount = discount
+        self.episodic = episodic
+        self.cfg = cfg
+        self.reward_rms = RunningMeanStd()
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, *obs_shape]`` observations as the encoder's float inputs."""
+        if self.newest_frame_only:
+            obs = obs[:, -1:]
+        return obs.float().div(255.0) if self.is_image else obs.float()
+
+    @torch.no_grad()
+    def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The intrinsic rewards of a ``[T+1, B]`` batch's ``T`` steps: ``(raw, normalised)``, each
+        ``[T, B] float32``; 0 where a step ends its episode. Updates the running statistics."""
+        obs = batch["obs"]
+        T1, B = obs.shape[:2]
+        raw = self._raw(obs[1:].reshape((T1 - 1) * B, *obs.shape[2:])).view(T1 - 1, B).float()
+        ended = batch["terminated"][STEPS] | batch["truncated"][STEPS]
+        raw = raw.masked_fill(ended, 0.0)
+        return raw, raw / self._scale(raw, ended)
+
+    def _raw(self, next_obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+        """The running std of the discounted intrinsic returns within each unroll (cut at an
+        episode's end only if episodic), which the rewards are divided by."""
+        returns = torch.zeros_like(raw)
+        running = torch.zeros_like(raw[0])
+        keep = (~ended).float() if self.episodic else torch.ones_like(raw)
+        for t in range(raw.shape[0] - 1, -1, -1):
+            running = raw[t] + self.discount * running * keep[t]
+            returns[t] = running
+        self.reward_rms.update(returns)
+        return self.reward_rms.std.clamp_min(1e-8)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> float | None:
+        """Train the module on the batch's observations (rows 1..T); its loss, or None (nothing to train)."""
+        return None
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Networks, running statistics and the optimizer's state."""
+        return {"module": self.state_dict(), "optimizer": self.optimizer.state_dict() if self.optimizer else None}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.load_state_dict(state["module"])
+        if self.optimizer is not None and state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
