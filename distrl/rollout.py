@@ -7,13 +7,15 @@ learner, which reads them:
 - ``ACTED_KEYS``, row ``t`` for ``t`` in ``0..T``: ``obs_t``, whether it starts an episode
   (``first``), the action taken before ``obs_t`` and the raw reward it gave (``last_action``,
   ``last_reward``; 0 where ``first``), and the behaviour policy's output at ``obs_t``
-  (``action``, ``policy_logits``, ``baseline``). Row 0 repeats the previous slot's row T, so a
-  slot is a self-contained unroll with its bootstrap observation in row T.
+  (``action``, ``policy_logits``, ``baseline``); with ``intrinsic=e3b`` also the bonus the actor
+  gave ``obs_t`` (``intrinsic_bonus``, :mod:`distrl.intrinsic.e3b`). Row 0 repeats the previous
+  slot's row T, so a slot is a self-contained unroll with its bootstrap observation in row T.
 - ``STEPPED_KEYS``, row ``t`` for ``t`` in ``0..T-1``: what stepping the env with ``action_t``
   gave: ``reward``, ``terminated``, ``truncated`` and, on truncation, the behaviour baseline of
   the episode's final observation (``truncation_value``). Row T of these keys is unused: the
   next slot completes that step.
-- ``SLOT_KEYS``, one value per slot: the policy version the unroll started with, and with an
+- ``SLOT_KEYS``, one value per slot: the policy version the unroll started with, the env that
+  wrote it (``env_id``: ``actor x envs_per_actor + env``, numbered within a rank), and with an
   LSTM core the state before row 0 (``core_h``, ``core_c``).
 
 The learner reads ``[T+1, B]`` batches of slots; the loss takes rows ``0..T-1`` (:data:`STEPS`, the
@@ -32,9 +34,9 @@ import torch
 
 Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
-ACTED_KEYS = ("obs", "first", "last_action", "last_reward", "action", "policy_logits", "baseline")
+ACTED_KEYS = ("obs", "first", "last_action", "last_reward", "action", "policy_logits", "baseline", "intrinsic_bonus")
 STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value")
-SLOT_KEYS = ("policy_version", "core_h", "core_c")
+SLOT_KEYS = ("policy_version", "env_id", "core_h", "core_c")
 
 STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
 BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll
@@ -51,6 +53,7 @@ class RolloutLayout:
         obs_dtype: ``torch.uint8`` for images, ``torch.float32`` for vectors.
         num_actions: number of discrete actions A.
         core_size: the LSTM core's hidden size H, or None without a core.
+        actor_bonus: the actors store an intrinsic bonus per row (``intrinsic=e3b``).
     """
 
     num_steps: int
@@ -58,13 +61,14 @@ class RolloutLayout:
     obs_dtype: torch.dtype
     num_actions: int
     core_size: int | None = None
+    actor_bonus: bool = False
 
     @classmethod
     def for_run(cls, cfg, spec) -> RolloutLayout:
         """The layout of a train config ``cfg`` on env ``spec`` (a :class:`distrl.envs.EnvSpec`)."""
         return cls(cfg.num_steps, tuple(spec.obs_shape),
                    torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.num_actions,
-                   cfg.model.feature_dim if cfg.model.use_lstm else None)
+                   cfg.model.feature_dim if cfg.model.use_lstm else None, cfg.intrinsic.name == "e3b")
 
     def nbytes(self, num_storages: int) -> int:
         """Bytes of shared memory ``num_storages`` slots of this layout take."""
@@ -87,7 +91,10 @@ class RolloutLayout:
             "truncated": ((T1,), torch.bool),
             "truncation_value": ((T1,), torch.float32),
             "policy_version": ((), torch.int64),
+            "env_id": ((), torch.int64),
         }
+        if self.actor_bonus:
+            specs["intrinsic_bonus"] = ((T1,), torch.float32)
         if self.core_size is not None:
             specs["core_h"] = ((1, self.core_size), torch.float32)
             specs["core_c"] = ((1, self.core_size), torch.float32)

@@ -105,12 +105,14 @@ def test_slots_hold_contiguous_trajectories(overrides):
         assert (slot["truncation_value"][:-1][~truncated_rows] == 0).all()
     assert ends > 0  # the 30-step time limit put episode ends into the slots
 
-    # Each slot's row 0 is its env's previous slot's row T (the first slot of each env excepted).
-    continued = 0
-    for k, slot in enumerate(slots):
-        for earlier in slots[:k]:
-            if (torch.equal(earlier["obs"][T], slot["obs"][0]) and earlier["action"][T] == slot["action"][0]
-                    and torch.equal(earlier["policy_logits"][T], slot["policy_logits"][0])):
-                continued += 1
-                break
-    assert continued == len(slots) - N_ENVS
+    # Each slot's row 0 is the row T of the previous slot of the same env (``env_id``, which RE3's
+    # memories follow); the first slot of each env excepted.
+    previous: dict[int, dict] = {}
+    for slot in slots:
+        env = int(slot["env_id"])
+        if env in previous:
+            earlier = previous[env]
+            assert torch.equal(earlier["obs"][T], slot["obs"][0]) and earlier["action"][T] == slot["action"][0]
+            assert torch.equal(earlier["policy_logits"][T], slot["policy_logits"][0])
+        previous[env] = slot
+    assert sorted(previous) == list(range(N_ENVS))

@@ -72,7 +72,7 @@ def test_help_lists_only_what_a_user_may_choose(capsys):
     out = capsys.readouterr().out
     assert "experiment:  cartpole, image_cue, image_cue_memory, minigrid, sparse_chain" in out
     assert "env:         atari, gym, image_cue, image_cue_memory, minigrid, sparse_chain" in out
-    assert "intrinsic:   none, re3, rnd" in out
+    assert "intrinsic:   e3b, none, re3, rnd" in out
     assert "_schema" not in out
     assert "id: CartPole-v1" in out and "lr: 0.005" in out  # the composed keys, with the preset
 
@@ -101,7 +101,8 @@ def test_bash_completes_commands_groups_options_and_keys():
     assert got["distrl train model="].split() == ["model=impala_resnet", "model=minigrid_cnn", "model=mlp",
                                                   "model=nature_cnn"]
     assert got["distrl train agent.entropy_c"] == "agent.entropy_cost="
-    assert got["distrl train -m seed=1,2 intrinsic="].split() == ["intrinsic=none", "intrinsic=re3", "intrinsic=rnd"]
+    assert got["distrl train -m seed=1,2 intrinsic="].split() == ["intrinsic=e3b", "intrinsic=none", "intrinsic=re3",
+                                                                  "intrinsic=rnd"]
     assert got["distrl eval ck"] == "ckpt="
     assert got["distrl train train.init_model_path=./con"] == "train.init_model_path=./conf"  # paths, too
     installed = subprocess.run(["distrl", "-sc", "install=zsh"], capture_output=True, text=True, env=env, timeout=60)

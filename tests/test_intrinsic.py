@@ -13,7 +13,7 @@ from distrl.config.validation import validate
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
 from distrl.nn.actor_learner import DistributedActorLearner
 
-T, B = 8, 4
+T, B, A = 8, 4, 5
 
 
 def intrinsic_cfg(name: str, **values):
@@ -23,12 +23,27 @@ def intrinsic_cfg(name: str, **values):
     return cfg
 
 
-def batch_of(obs: torch.Tensor, ended_at: tuple[int, int] | None = None) -> dict[str, torch.Tensor]:
-    """A ``[T+1, B]`` batch holding ``obs`` and the episode ends the modules read."""
+def batch_of(obs: torch.Tensor, ended_at: tuple[int, int] | None = None,
+             env_id: torch.Tensor | None = None, action: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """A ``[T+1, B]`` batch holding ``obs`` and what else the modules read: the episode ends, the
+    env that wrote each slot (slot ``b`` by env ``b`` unless ``env_id`` says otherwise) and the
+    actions (random unless given)."""
     terminated = torch.zeros(obs.shape[:2], dtype=torch.bool)
     if ended_at is not None:
         terminated[ended_at] = True
-    return {"obs": obs, "terminated": terminated, "truncated": torch.zeros_like(terminated)}
+    return {"obs": obs, "terminated": terminated, "truncated": torch.zeros_like(terminated),
+            "env_id": torch.arange(obs.shape[1]) if env_id is None else env_id,
+            "action": torch.randint(0, A, obs.shape[:2]) if action is None else action}
+
+
+def actor_bonuses(module, obs: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+    """``[T+1, B]``: E3B's bonuses as one actor stepping the B envs gives them to the rows of ``obs``
+    (``ended [T+1, B]``: the step from row t ends an episode, so row t+1 is the next one's first)."""
+    bonus = module.actor_bonus.start(obs.shape[1])
+    first = torch.zeros_like(ended)
+    first[0] = True
+    first[1:] = ended[:-1]
+    return torch.stack([bonus(obs[t], first[t], torch.arange(obs.shape[1])) for t in range(obs.shape[0])])
 
 
 def test_running_mean_std_is_that_of_all_samples_seen():
@@ -44,12 +59,15 @@ def test_running_mean_std_is_that_of_all_samples_seen():
 
 @pytest.mark.parametrize("shape, dtype", [((4, 84, 84), torch.uint8), ((3, 7, 7), torch.uint8), ((40,), torch.float32)],
                          ids=["atari-frames", "minigrid-view", "vector"])
-@pytest.mark.parametrize("name", ["rnd", "re3"])
+@pytest.mark.parametrize("name", ["rnd", "re3", "e3b"])
 def test_every_module_rewards_each_step_of_images_and_vectors(name, shape, dtype):
     torch.manual_seed(0)
-    module = make_intrinsic(shape, intrinsic_cfg(name), newest_frame_only=shape[0] == 4)
+    module = make_intrinsic(shape, intrinsic_cfg(name), newest_frame_only=shape[0] == 4, num_envs=B, num_actions=A)
     obs = torch.randint(0, 255, (T + 1, B, *shape)).to(dtype)
-    raw, normalised = module.rewards(batch_of(obs, ended_at=(2, 1)))
+    batch = batch_of(obs, ended_at=(2, 1))
+    if module.actor_bonus is not None:  # e3b: the bonuses an actor of B envs gives, row by row
+        batch["intrinsic_bonus"] = actor_bonuses(module, obs, batch["terminated"])
+    raw, normalised = module.rewards(batch)
     assert raw.shape == normalised.shape == (T, B)
     assert torch.isfinite(normalised).all() and (raw >= 0).all()
     assert raw[2, 1] == 0 and normalised[2, 1] == 0  # the step that ended its episode
@@ -79,37 +97,59 @@ def test_rnd_rewards_new_observations_more_than_those_it_was_trained_on():
     assert raw[4, 2] > 10 * raw[others].mean() and normalised[4, 2] > 10 * normalised[others].mean()
 
 
-def test_re3_rewards_observations_with_few_neighbours_in_the_batch_and_the_memory():
+def test_re3_rewards_observations_with_few_neighbours_among_those_their_env_saw():
     torch.manual_seed(0)
     spread = torch.eye(40)[torch.randperm(40)[: (T + 1) * B].view(T + 1, B)]  # 36 different cells
-    module = RE3((40,), intrinsic_cfg("re3"))
+    module = RE3((40,), intrinsic_cfg("re3"), num_envs=B)
     spread_raw, _ = module.rewards(batch_of(spread))
     assert (spread_raw > 0).all()
-    # the reward is log(1 + the distance to the k-th nearest other observation), k = 3
-    y = module.encoder(spread[1:].reshape(-1, 40))
+    # the reward is log(1 + the distance to the k-th nearest other observation of the same env), k = 3
+    y = module.encoder(spread[1:, 0])
     distances = torch.cdist(y, y, compute_mode="donot_use_mm_for_euclid_dist")[0].sort().values
     assert spread_raw[0, 0] == pytest.approx(torch.log1p(distances[3]).item(), rel=1e-5)
 
     crowded = torch.zeros(T + 1, B, 40)
     crowded[..., 0] = 1.0  # everyone in cell 0: every neighbour at distance 0
-    assert RE3((40,), intrinsic_cfg("re3")).rewards(batch_of(crowded))[0].abs().max() == 0
+    assert RE3((40,), intrinsic_cfg("re3"), num_envs=B).rewards(batch_of(crowded))[0].abs().max() == 0
 
-    # the memory: cells 0-4 seen in earlier batches have neighbours there; a new cell does not
-    module = RE3((40,), intrinsic_cfg("re3", memory=256))
-    for _ in range(10):
-        module.rewards(batch_of(torch.eye(40)[torch.randint(0, 5, (T + 1, B))]))
-    assert int(module.filled) == 256
-    obs = torch.eye(40)[torch.randint(0, 5, (T + 1, B))]
-    obs[3, 1] = torch.eye(40)[30]
+    # each env's memory holds its own last observations: env 0 has seen cell 30 often, env 1 never;
+    # cell 30 is new to env 1 only, and a batch with two slots of env 0 counts the first as seen
+    module = RE3((40,), intrinsic_cfg("re3", memory=32), num_envs=2)
+    seen = torch.eye(40)[torch.zeros(T + 1, 2, dtype=torch.int64)]  # cell 0 in both envs
+    seen[1:5, 0] = torch.eye(40)[30]  # and cell 30 in env 0
+    for _ in range(6):
+        module.rewards(batch_of(seen))
+    assert module.filled.tolist() == [32, 32]
+    obs = torch.eye(40)[torch.zeros(T + 1, 2, dtype=torch.int64)]
+    obs[3, :] = torch.eye(40)[30]
     raw, _ = module.rewards(batch_of(obs))
     assert raw[2, 1] > 0 and raw.sum() == raw[2, 1]
+    fresh = RE3((40,), intrinsic_cfg("re3", memory=32), num_envs=1)
+    twice = torch.eye(40)[torch.randint(0, 5, (T + 1, 2))]
+    twice[3, :] = torch.eye(40)[30]  # cell 30 in two slots of the same env (k = 3: 4 of them in the second)
+    twice[4:7, 0] = torch.eye(40)[30]
+    raw, _ = fresh.rewards(batch_of(twice, env_id=torch.zeros(2, dtype=torch.int64)))
+    assert raw[2, 0] == 0 and raw[2, 1] == 0
 
 
-@pytest.mark.parametrize("name", ["rnd", "re3"])
+def test_re3_memory_of_another_shape_starts_empty_on_resume():
+    """A checkpoint of a run with other env counts, or of the one memory all envs shared before."""
+    module = RE3((40,), intrinsic_cfg("re3", memory=32), num_envs=2)
+    module.rewards(batch_of(torch.randn(T + 1, 2, 40)))
+    state = module.checkpoint_state()
+    state["module"] = {**state["module"], "memory": torch.ones(1024, 128), "filled": torch.tensor(1024),
+                       "next_row": torch.tensor(0)}
+    other = RE3((40,), intrinsic_cfg("re3", memory=32), num_envs=2)
+    other.load_checkpoint_state(state)
+    assert other.filled.tolist() == [0, 0]
+    torch.testing.assert_close(other.encoder.state_dict(), module.encoder.state_dict())
+
+
+@pytest.mark.parametrize("name", ["rnd", "re3", "e3b"])
 def test_a_module_state_resumes_exactly(name):
     torch.manual_seed(0)
-    first = make_intrinsic((40,), intrinsic_cfg(name))
-    batches = [batch_of(torch.randn(T + 1, B, 40)) for _ in range(3)]
+    first = make_intrinsic((40,), intrinsic_cfg(name), num_envs=B, num_actions=A)
+    batches = [{**batch_of(torch.randn(T + 1, B, 40)), "intrinsic_bonus": torch.rand(T + 1, B)} for _ in range(3)]
     for batch in batches[:2]:
         first.rewards(batch)
         first.update(batch)
@@ -118,11 +158,59 @@ def test_a_module_state_resumes_exactly(name):
     saved.seek(0)
     state = torch.load(saved, weights_only=True)
     torch.manual_seed(1)
-    second = make_intrinsic((40,), intrinsic_cfg(name))
+    second = make_intrinsic((40,), intrinsic_cfg(name), num_envs=B, num_actions=A)
     second.load_checkpoint_state(state)
     for module in (first, second):
         module.update(batches[2])
     torch.testing.assert_close(first.rewards(batches[2]), second.rewards(batches[2]))
+
+
+def test_e3b_bonus_is_the_elliptical_potential_of_the_episode_so_far():
+    """Henaff et al. 2022, Eq. 2: ``b_t = phi_t^T (ridge I + sum_{i<t} phi_i phi_i^T)^-1 phi_t`` over the
+    episode's earlier observations, written with a matrix inverse; each env its own, restarted at an
+    episode's first observation."""
+    torch.manual_seed(0)
+    module = make_intrinsic((40,), intrinsic_cfg("e3b", ridge=0.5), num_envs=2, num_actions=A)
+    obs = torch.randn(T + 1, 2, 40)
+    ended = torch.zeros(T + 1, 2, dtype=torch.bool)
+    ended[4, 1] = True  # env 1's episode ends at step 4: row 5 starts the next one
+    bonuses = actor_bonuses(module, obs, ended)
+    phi = module.actor_bonus.encoder(obs.reshape(-1, 40)).view(T + 1, 2, -1).double()
+    for env, starts in ((0, [0]), (1, [0, 5])):
+        for t in range(T + 1):
+            start = max(s for s in starts if s <= t)
+            seen = phi[start:t, env]
+            cov = 0.5 * torch.eye(phi.shape[-1], dtype=torch.float64) + seen.T @ seen
+            expected = phi[t, env] @ torch.linalg.inv(cov) @ phi[t, env]
+            assert bonuses[t, env].item() == pytest.approx(expected.item(), rel=1e-3)
+    assert bonuses[5, 1].item() == pytest.approx((phi[5, 1] @ phi[5, 1]).item() / 0.5, rel=1e-4)  # |phi|^2 / ridge
+    again = obs.clone()
+    again[6, 0] = obs[2, 0]  # an embedding the episode has seen: a small bonus
+    assert actor_bonuses(module, again, ended)[6, 0] < 0.1 * bonuses[:, 0].mean()
+
+
+def test_e3b_trains_its_embedding_by_inverse_dynamics_and_publishes_it_to_the_actors():
+    """A world where the action sets the next observation (one-hot cell ``a``): the inverse dynamics'
+    loss falls, the learner's rewards are the stored bonuses of rows 1..T (0 where an episode ends),
+    and after each update the actors' copy of the embedding is the learner's."""
+    torch.manual_seed(0)
+    module = make_intrinsic((40,), intrinsic_cfg("e3b", lr=1e-3), num_envs=B, num_actions=A)
+    losses = []
+    for _ in range(100):
+        action = torch.randint(0, A, (T + 1, B))
+        obs = torch.zeros(T + 1, B, 40)
+        obs[1:] = torch.eye(40)[action[:-1] + 10]
+        obs[0] = torch.eye(40)[0]
+        losses.append(module.update(batch_of(obs, action=action)))
+    assert losses[-1] < 0.2 * losses[0]
+    for actor_p, learner_p in zip(module.actor_bonus.encoder.parameters(), module.encoder.parameters(), strict=True):
+        assert torch.equal(actor_p, learner_p) and actor_p.is_shared()
+    batch = {**batch_of(torch.randn(T + 1, B, 40), ended_at=(2, 1)), "intrinsic_bonus": torch.rand(T + 1, B) + 1}
+    raw, _ = module.rewards(batch)
+    expected = batch["intrinsic_bonus"][1:].clone()
+    expected[2, 1] = 0.0
+    torch.testing.assert_close(raw, expected)
+    assert "actor_bonus" not in str(module.state_dict().keys())
 
 
 def _learner(overrides: list[str]):
@@ -130,7 +218,7 @@ def _learner(overrides: list[str]):
     torch.manual_seed(0)
     policy = DistributedActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
     policy.freeze()
-    module = make_intrinsic((4,), cfg.intrinsic)
+    module = make_intrinsic((4,), cfg.intrinsic, num_envs=2)
     learner = learner_for(cfg, policy)
     learner.intrinsic = module
     return learner, policy
@@ -198,10 +286,11 @@ def test_pretraining_leaves_the_extrinsic_reward_out():
     (["intrinsic=rnd", "intrinsic.coef=-0.1"], "intrinsic.coef"),
     (["intrinsic=rnd", "intrinsic.coef_schedule=linear"], "intrinsic.coef_schedule"),
     (["intrinsic=rnd", "intrinsic.coef_schedule=[[2000,1.0],[1000,0.0]]"], "intrinsic.coef_schedule"),
-    (["intrinsic=re3", "intrinsic.k=64"], "intrinsic.k"),  # T x B = 64 with experiment=cartpole
+    (["intrinsic=re3", "intrinsic.k=16"], "intrinsic.k"),  # T = 16 with experiment=cartpole
     (["intrinsic=re3", "intrinsic.memory=0"], "intrinsic.memory"),
     (["intrinsic=rnd", "intrinsic.embed_dim=0"], "intrinsic.embed_dim"),
     (["intrinsic=rnd", "intrinsic.lr=0"], "intrinsic.lr"),
+    (["intrinsic=e3b", "intrinsic.ridge=0"], "intrinsic.ridge"),
     (["train.pretraining=true"], "train.pretraining"),
 ])
 def test_intrinsic_settings_that_cannot_work_are_refused(overrides, key):
@@ -271,3 +360,23 @@ def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):
     other = DistributedActorLearner((40,), 2, cfg.model)
     other.load(str(first), "cpu")
     assert_actor_holds(other.actor.state_dict(), policy.learner.state_dict())
+
+
+def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
+    """``intrinsic=e3b`` in a whole run (in this process, actors in their own): the slots carry the
+    actors' bonuses, the learner logs them and trains the embedding, and the actors' copy of the
+    embedding is the learner's at the end."""
+    import json
+
+    from distrl.engine.trainer import DistributedTrainer
+
+    cfg = compose_train(["experiment=sparse_chain", "intrinsic=e3b", "num_actors=1", "train.num_eval_episodes=0",
+                         "train.log_interval=1000", "train.num_train_steps=4000"])
+    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    trainer.train()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in records if "charts/intrinsic_reward_raw" in r]
+    assert logged and all(r["charts/intrinsic_reward_raw"] > 0 and r["losses/intrinsic"] > 0 for r in logged)
+    module = trainer.intrinsic
+    for actor_p, learner_p in zip(module.actor_bonus.encoder.parameters(), module.encoder.parameters(), strict=True):
+        assert torch.equal(actor_p, learner_p.cpu())

@@ -49,6 +49,7 @@ def on_policy_batch(policy, seed: int = 0) -> dict[str, torch.Tensor]:
         "reward": torch.rand(T + 1, B, generator=g) * 2 - 1,  # inside the reward clip
         "terminated": torch.zeros(T + 1, B, dtype=torch.bool), "truncated": torch.zeros(T + 1, B, dtype=torch.bool),
         "truncation_value": torch.zeros(T + 1, B), "policy_version": torch.zeros(B, dtype=torch.int64),
+        "env_id": torch.arange(B),
     }
 
 

@@ -106,13 +106,14 @@ class ModelConfig:
 class IntrinsicConfig:
     """An intrinsic reward for exploration (:mod:`distrl.intrinsic`); values in conf/intrinsic/."""
 
-    name: str = MISSING  # none | rnd | re3
+    name: str = MISSING  # none | rnd | re3 | e3b
     coef: float = MISSING  # the intrinsic reward's weight beside the extrinsic one
     coef_schedule: Any = MISSING  # constant | [[agent_steps, factor], ...] on coef
     embed_dim: int = MISSING  # the random network's output features
-    lr: float = MISSING  # the trained network's Adam learning rate (rnd)
+    lr: float = MISSING  # the trained networks' Adam learning rate (rnd, e3b)
     k: int = MISSING  # the nearest neighbour whose distance is the reward (re3)
-    memory: int = MISSING  # embeddings of earlier batches among the neighbours (re3)
+    memory: int = MISSING  # the last observations of each env among the neighbours (re3)
+    ridge: float = MISSING  # the initial diagonal of each episode's covariance (e3b)
     episodic: bool = MISSING  # true: one value head, an episode's end cuts the intrinsic return too
 
 

@@ -330,12 +330,13 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
     for key in ("embed_dim", "k", "memory"):
         _positive_int(cfg, f"intrinsic.{key}")
     _check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")
+    _check(intrinsic.ridge > 0 and math.isfinite(intrinsic.ridge), "intrinsic.ridge", intrinsic.ridge, "a number > 0")
     if intrinsic.name == "re3":
-        most = cfg.num_steps * cfg.batch_size - 1
+        most = cfg.num_steps - 1
         _check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,
-               f"at most T x B - 1 = {most}: the first batch's neighbours are its other observations")
+               f"at most num_steps - 1 = {most}: an env's first unroll's neighbours are its other observations")
     _check(not cfg.train.pretraining or intrinsic.name != "none", "train.pretraining", cfg.train.pretraining,
-           "true needs an intrinsic reward to train on: add intrinsic=rnd or intrinsic=re3")
+           "true needs an intrinsic reward to train on: add intrinsic=rnd, intrinsic=re3 or intrinsic=e3b")
     if intrinsic.name != "none":
         _check(len(spec.obs_shape) in (1, 3), "intrinsic", intrinsic.name,
                f"none for observations of shape {tuple(spec.obs_shape)}: its encoders take [C, H, W] images "

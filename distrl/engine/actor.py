@@ -26,6 +26,7 @@ import torch
 from distrl.engine.logs import log_to_queue
 from distrl.engine.storage import NO_OWNER, PIPE_BUF, Channels, RolloutStorage
 from distrl.envs import VectorStepper, env_seed, final_observations, make_vector_env
+from distrl.intrinsic import ActorBonus
 from distrl.nn.actor_critic import AgentState, StepInputs, final_values, step_policy
 from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
 
@@ -54,6 +55,8 @@ class ActorContext:
             None to leave it to the OS.
         precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`);
             the stored behaviour logits and baselines are float32 either way.
+        bonus: an intrinsic bonus the actor computes for each observation (E3B's:
+            :class:`distrl.intrinsic.ActorBonus`), or None.
     """
 
     env_cfg: dict
@@ -67,19 +70,22 @@ class ActorContext:
     log_level: str = "INFO"
     cpu_affinity: tuple[int, ...] | None = None
     precision: str = "fp32"
+    bonus: ActorBonus | None = None
 
 
 def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
-                   log_level: str | None = None, first_actor: int = 0) -> list[ActorContext]:
+                   log_level: str | None = None, first_actor: int = 0,
+                   bonus: ActorBonus | None = None) -> list[ActorContext]:
     """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``.
-    ``first_actor``: the run-wide id of this rank's first actor (its env seeds follow from it)."""
+    ``first_actor``: the run-wide id of this rank's first actor (its env seeds follow from it);
+    ``bonus``: the actors' part of an intrinsic reward computed in the actors (E3B's), or None."""
     return [
         ActorContext(
             env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
             seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
             buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
             log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
-            precision=placement.actor_precision,
+            precision=placement.actor_precision, bonus=bonus,
         )
         for actor_id in range(placement.num_actors)
     ]
@@ -149,12 +155,15 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     slots = SlotWriter(actor_id, ctx, held)
     episodes = _Episodes(actor_id, ctx)
     state = AgentState(model, ctx.num_envs)
+    bonus = ctx.bonus.start(ctx.num_envs) if ctx.bonus is not None else None
     try:
         ids, obs = env.reset(ctx.seed)
         while True:
             ctx.channels.heartbeat[actor_id] = time.time()
             ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
             out, seen = step_policy(model, obs_t, state, ids_t, precision=ctx.precision)
+            if bonus is not None:
+                out["intrinsic_bonus"] = bonus(obs_t, seen.first, ids_t)
             slots.write_acted(ids, obs_t, out, seen)
             env.send(out["action"].numpy())
 
@@ -207,7 +216,7 @@ class SlotWriter:
         # Staging them too would stream every frame through memory twice and, with the larger
         # working set, evict the model's weights from the cache between forward passes.
         self.stage = {key: torch.zeros((n, *ctx.buffers[key].shape[1:]), dtype=ctx.buffers[key].dtype)
-                      for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs"}
+                      for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs" and key in ctx.buffers}
 
     def write_acted(self, ids: np.ndarray, obs: torch.Tensor, out: dict, seen: StepInputs) -> None:
         """Row ``t`` of envs ``ids`` (``[k] int64``): the observation ``obs [k, ...]``, what the
@@ -218,8 +227,9 @@ class SlotWriter:
         stage["first"][at] = seen.first
         stage["last_action"][at] = seen.last_action
         stage["last_reward"][at] = seen.last_reward
-        for key in ("action", "policy_logits", "baseline"):
-            stage[key][at] = out[key]
+        for key in ("action", "policy_logits", "baseline", "intrinsic_bonus"):
+            if key in stage:
+                stage[key][at] = out[key]
         for j in np.flatnonzero(self.slot[ids] < 0).tolist():  # each env's first observation
             self._start(int(ids[j]), seen.core, j)
         self._write_obs(ids, obs)
@@ -287,6 +297,7 @@ class SlotWriter:
             buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
             value[envs_t, 0] = value[envs_t, -1]
         buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
+        buf["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * len(self.slot))
         for slot in slots.tolist():
             self.held.remove(slot)
             self.ctx.channels.owner[slot] = NO_OWNER

@@ -104,7 +104,8 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
         self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model,
                                               intrinsic_value=needs_value_head(cfg.intrinsic))
         self.intrinsic = make_intrinsic(self.spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
-                                        discount=cfg.agent.discount)
+                                        discount=cfg.agent.discount, num_envs=self.placement.stepping,
+                                        num_actions=self.spec.num_actions)
         if cfg.train.init_model_path:
             self._initial_weights(str(checkpoint.checkpoint_file(cfg.train.init_model_path)))
         self.policy.to(self.device)
@@ -233,7 +234,8 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
                                        p.actor_precision)
         outcome = "failed"
         try:
-            contexts = actor_contexts(cfg, p, self.policy.actor, storage, self.channels, first_actor=first_actor)
+            contexts = actor_contexts(cfg, p, self.policy.actor, storage, self.channels, first_actor=first_actor,
+                                      bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
             self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.max_nonfinite_updates,
                                cfg.distributed.check_interval)
             self._schedule()

@@ -1,9 +1,9 @@
-"""Intrinsic rewards for exploration, computed by the learner on the batch it trains on.
+"""Intrinsic rewards for exploration, given to the learner's batches.
 
-The actors are not involved: a module sees a ``[T+1, B]`` batch of rollouts (:mod:`distrl.rollout`)
-and gives every step ``t`` of rows ``0..T-1`` an intrinsic reward for the observation it led to
-(row ``t+1``), divided by a running standard deviation ``sigma`` (below). By default the learner
-gives it a return and a value head of its own and adds the advantages,
+A module sees a ``[T+1, B]`` batch of rollouts (:mod:`distrl.rollout`) and gives every step ``t``
+of rows ``0..T-1`` an intrinsic reward for the observation it led to (row ``t+1``), divided by a
+running standard deviation ``sigma`` (below). By default the learner gives it a return and a value
+head of its own and adds the advantages,
 ``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.agents.base.AgentLoss.targets`); with
 ``intrinsic.episodic=true`` it adds the rewards instead, ``r_t = clip(r_ext_t) + coef_t * r_int_t /
 sigma``, in one return. ``coef_t`` is ``intrinsic.coef`` times its schedule
@@ -36,10 +36,14 @@ Decisions, with their sources:
   and 0.99 for the intrinsic one; distrl's Atari default is 0.99 for the extrinsic return already).
 
 Modules: :class:`RND` (Burda et al. 2019, "Exploration by Random Network Distillation") and
-:class:`RE3` (Seo et al. 2021, "State Entropy Maximization with Random Encoders"). Each has a
+:class:`RE3` (Seo et al. 2021, "State Entropy Maximization with Random Encoders") compute their
+rewards in the learner, from the batch's observations; :class:`E3B` (Henaff et al. 2022,
+"Exploration via Elliptical Episodic Bonuses") in the actors, as each observation arrives (its
+bonus depends on the whole episode so far), the learner training its embedding. Each has a
 convolutional encoder for ``[C, H, W] uint8`` images and an MLP for flat ``float32`` vectors.
 Their networks, optimizer and running statistics are all in :meth:`IntrinsicReward.state_dict`,
-so a checkpoint resumes them exactly.
+so a checkpoint resumes them exactly (E3B's per-episode matrices in the actors restart with the
+episodes).
 """
 
 from __future__ import annotations
@@ -47,13 +51,14 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from distrl.intrinsic.base import IntrinsicReward, RunningMeanStd, feature_net
+from distrl.intrinsic.e3b import E3B, ActorBonus
 from distrl.intrinsic.re3 import RE3
 from distrl.intrinsic.rnd import RND
 
-__all__ = ["NAMES", "RE3", "RND", "IntrinsicReward", "RunningMeanStd", "feature_net", "make_intrinsic",
-           "needs_value_head"]
+__all__ = ["E3B", "NAMES", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd", "feature_net",
+           "make_intrinsic", "needs_value_head"]
 
-NAMES = ("none", "rnd", "re3")
+NAMES = ("none", "rnd", "re3", "e3b")
 
 
 def needs_value_head(cfg: DictConfig) -> bool:
@@ -63,8 +68,10 @@ def needs_value_head(cfg: DictConfig) -> bool:
 
 
 def make_intrinsic(obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
-                   discount: float = 0.99) -> IntrinsicReward | None:
-    """The module ``cfg.name`` names (``none``: None).
+                   discount: float = 0.99, num_envs: int = 1, num_actions: int = 1) -> IntrinsicReward | None:
+    """The module ``cfg.name`` names (``none``: None), for batches of ``num_envs`` environments'
+    slots (``env_id`` in ``0..num_envs-1``; the learner's actors' envs) in an env of ``num_actions``
+    discrete actions.
 
     Raises:
         ValueError: an unknown name, or observations no encoder fits.
@@ -74,5 +81,7 @@ def make_intrinsic(obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_onl
     if cfg.name == "rnd":
         return RND(obs_shape, cfg, newest_frame_only, discount, cfg.episodic)
     if cfg.name == "re3":
-        return RE3(obs_shape, cfg, newest_frame_only, discount, cfg.episodic)
+        return RE3(obs_shape, cfg, newest_frame_only, discount, cfg.episodic, num_envs)
+    if cfg.name == "e3b":
+        return E3B(obs_shape, cfg, num_actions, newest_frame_only, discount, cfg.episodic)
     raise ValueError(f"intrinsic={cfg.name!r}: use one of {', '.join(NAMES)}")

@@ -69,6 +69,14 @@ def feature_net(obs_shape: tuple[int, ...], out_dim: int) -> nn.Module:
                      "or flat vectors")
 
 
+def encoder_inputs(obs: torch.Tensor, is_image: bool, newest_frame_only: bool) -> torch.Tensor:
+    """``[N, *obs_shape]`` observations as an encoder's ``float32`` inputs: images scaled to [0, 1]
+    (with ``newest_frame_only``, the last channel alone: the newest frame of a stack), vectors as they are."""
+    if newest_frame_only:
+        obs = obs[:, -1:]
+    return obs.float().div(255.0) if is_image else obs.float()
+
+
 def orthogonal_init(module: nn.Module) -> None:
     """Orthogonal weights with gain sqrt(2) and zero biases for every linear and convolutional layer
     (the initialisation of Burda et al. 2019's code)."""
@@ -90,7 +98,13 @@ class IntrinsicReward(nn.Module):
 
     Raises:
         ValueError: observations that are neither images nor flat vectors.
+
+    Attributes:
+        actor_bonus: for a module whose rewards the actors compute (E3B), what they need
+            (:class:`distrl.intrinsic.e3b.ActorBonus`); None for those the learner computes.
     """
+
+    actor_bonus = None
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
                  discount: float = 0.99, episodic: bool = False):
@@ -105,23 +119,25 @@ class IntrinsicReward(nn.Module):
         self.optimizer: torch.optim.Optimizer | None = None
 
     def inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[N, *obs_shape]`` observations as the encoder's float inputs."""
-        if self.newest_frame_only:
-            obs = obs[:, -1:]
-        return obs.float().div(255.0) if self.is_image else obs.float()
+        """``[N, *obs_shape]`` observations as the encoder's float inputs (:func:`encoder_inputs`)."""
+        return encoder_inputs(obs, self.is_image, self.newest_frame_only)
 
     @torch.no_grad()
     def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The intrinsic rewards of a ``[T+1, B]`` batch's ``T`` steps: ``(raw, normalised)``, each
-        ``[T, B] float32``; 0 where a step ends its episode. Updates the running statistics."""
+        ``[T, B] float32``; 0 where a step ends its episode. Updates the running statistics.
+
+        The batch holds ``obs [T+1, B, ...]``, ``terminated`` and ``truncated [T+1, B] bool`` and,
+        for the modules that keep something per environment, ``env_id [B] int64`` (the env that
+        wrote each slot: :mod:`distrl.rollout`)."""
         obs = batch["obs"]
-        T1, B = obs.shape[:2]
-        raw = self._raw(obs[1:].reshape((T1 - 1) * B, *obs.shape[2:])).view(T1 - 1, B).float()
+        raw = self._raw(obs[1:], batch).float()
         ended = batch["terminated"][STEPS] | batch["truncated"][STEPS]
         raw = raw.masked_fill(ended, 0.0)
         return raw, raw / self._scale(raw, ended)
 
-    def _raw(self, next_obs: torch.Tensor) -> torch.Tensor:
+    def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[T, B]`` raw rewards of the observations ``next_obs [T, B, *obs_shape]`` of ``batch``."""
         raise NotImplementedError
 
     def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:

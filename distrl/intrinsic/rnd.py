@@ -37,14 +37,16 @@ class RND(IntrinsicReward):
         """Encoder inputs standardised by the running statistics and clipped to [-5, 5] (Section 2.4)."""
         return ((inputs - self.obs_rms.mean.float()) / self.obs_rms.std.clamp_min(1e-8)).clamp(-5.0, 5.0)
 
-    def _raw(self, next_obs: torch.Tensor) -> torch.Tensor:
+    def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        steps, envs = next_obs.shape[:2]
+        next_obs = next_obs.reshape(steps * envs, *next_obs.shape[2:])
         inputs = self.inputs(next_obs)
         self.obs_rms.update(inputs)
         x = self._standardised(inputs)
         target = self.target(x)
         # update() trains on the same observations next: keep what it would compute again
         self._seen = (next_obs.data_ptr(), next_obs.shape[0], x, target)
-        return (self.predictor(x) - target).pow(2).mean(-1)
+        return (self.predictor(x) - target).pow(2).mean(-1).view(steps, envs)
 
     def update(self, batch: dict[str, torch.Tensor]) -> float:
         obs = batch["obs"][1:]

@@ -1,0 +1,138 @@
+"""E3B (Henaff et al. 2022, "Exploration via Elliptical Episodic Bonuses"): the bonus computed in the
+actors, the embedding trained by the learner.
+
+The bonus of an observation ``x`` with embedding ``phi(x)`` (a ``[D]`` vector) is
+``b = phi(x)^T C^-1 phi(x)`` (the paper's Eq. 2), where ``C = ridge I + sum phi(x_i) phi(x_i)^T`` over
+the observations of the episode so far: large for an embedding unlike those the episode has seen.
+Every env of an actor keeps its own ``C^-1``, ``I / ridge`` at each episode's first observation,
+updated by the Sherman-Morrison rank-one formula after each observation (Eq. 3),
+``C^-1 <- C^-1 - u u^T / (1 + b)`` with ``u = C^-1 phi(x)``: ``D^2`` operations a step, no inverse.
+The actor stores ``b`` at the observation's row (``intrinsic_bonus``, :mod:`distrl.rollout`), and
+step ``t``'s intrinsic reward is that of the observation it led to (row ``t+1``), as for the other
+modules.
+
+The embedding ``phi`` is trained in the learner by inverse dynamics (the paper's Section 3.2: from
+``phi(x_t)`` and ``phi(x_{t+1})``, predict ``a_t``, cross-entropy), and published to the actors'
+copy in shared memory after each update, as the policy's weights are: the actors' ``phi`` is as
+stale as their policy. This follows E3B's own IMPALA code (facebookresearch/e3b, ``act()``), which
+keeps ``C^-1`` per actor and resets it at each episode's end.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from torch import nn
+
+from distrl.intrinsic.base import IntrinsicReward, encoder_inputs, feature_net, orthogonal_init
+from distrl.rollout import STEPS
+
+
+class EllipticalBonus:
+    """One actor's side of E3B: the bonus of each observation its envs see, each env with its own
+    ``C^-1``.
+
+    Args:
+        encoder: the actors' copy of the embedding ``phi`` (shared memory, published by the learner).
+        num_envs: the actor's environments.
+        ridge: ``C``'s initial diagonal (``intrinsic.ridge``).
+        is_image, newest_frame_only: how observations become ``phi``'s inputs
+            (:func:`distrl.intrinsic.base.encoder_inputs`).
+
+    Attributes:
+        cov_inverse: ``[num_envs, D, D] float32``, each env's ``C^-1``.
+    """
+
+    def __init__(self, encoder: nn.Module, num_envs: int, ridge: float, is_image: bool, newest_frame_only: bool):
+        self.encoder = encoder
+        self.ridge = ridge
+        self.is_image, self.newest_frame_only = is_image, newest_frame_only
+        dim = encoder[-1].out_features
+        self.identity = torch.eye(dim) / ridge
+        self.cov_inverse = self.identity.repeat(num_envs, 1, 1)
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor, first: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The bonuses ``[k] float32`` of observations ``obs [k, *obs_shape]`` of envs ``ids [k] int64``
+        (``first [k] bool``: an episode's first observation, which restarts the env's ``C^-1``);
+        each env's ``C^-1`` then counts its observation."""
+        if bool(first.any()):
+            self.cov_inverse[ids[first]] = self.identity
+        phi = self.encoder(encoder_inputs(obs, self.is_image, self.newest_frame_only)).float()  # [k, D]
+        cov_inverse = self.cov_inverse[ids]  # [k, D, D]
+        u = torch.bmm(cov_inverse, phi.unsqueeze(-1)).squeeze(-1)
+        bonus = (phi * u).sum(-1)
+        self.cov_inverse[ids] = cov_inverse - u.unsqueeze(2) * u.unsqueeze(1) / (1.0 + bonus).view(-1, 1, 1)
+        return bonus
+
+
+class ActorBonus:
+    """What an actor process needs to compute E3B's bonus (picklable: the encoder is in shared memory).
+
+    :meth:`start` gives an actor its :class:`EllipticalBonus`."""
+
+    def __init__(self, encoder: nn.Module, ridge: float, is_image: bool, newest_frame_only: bool):
+        self.encoder, self.ridge = encoder, ridge
+        self.is_image, self.newest_frame_only = is_image, newest_frame_only
+
+    def start(self, num_envs: int) -> EllipticalBonus:
+        return EllipticalBonus(self.encoder, num_envs, self.ridge, self.is_image, self.newest_frame_only)
+
+
+class E3B(IntrinsicReward):
+    """E3B's learner side: the rewards are the bonuses the actors stored; :meth:`update` trains the
+    embedding by inverse dynamics (Adam at ``intrinsic.lr`` on every step of every batch that did not
+    end an episode) and publishes it to the actors' copy (:attr:`actor_bonus`).
+
+    Args:
+        num_actions: the env's discrete actions (the inverse dynamics' outputs); the others as
+            :class:`IntrinsicReward`'s.
+
+    Attributes:
+        encoder: ``phi``, observations to ``[N, intrinsic.embed_dim]`` (:func:`feature_net`).
+        inverse_dynamics: ``[N, 2 embed_dim] -> [N, num_actions]`` logits, one hidden layer of 256.
+        actor_bonus: the actors' part (:class:`ActorBonus`), with ``phi``'s copy in shared memory on
+            the CPU; not in :meth:`state_dict` (it is the learner's ``phi``, published).
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, num_actions: int, newest_frame_only: bool = False,
+                 discount: float = 0.99, episodic: bool = True):
+        super().__init__(obs_shape, cfg, newest_frame_only, discount, episodic)
+        self.encoder = feature_net(self.input_shape, cfg.embed_dim)
+        self.inverse_dynamics = nn.Sequential(nn.Linear(2 * cfg.embed_dim, 256), nn.ReLU(), nn.Linear(256, num_actions))
+        orthogonal_init(self)
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
+        actor_encoder = copy.deepcopy(self.encoder).requires_grad_(False).eval().share_memory()
+        # a plain attribute, not a submodule: it stays on the CPU and out of the state_dict
+        object.__setattr__(self, "actor_bonus", ActorBonus(actor_encoder, cfg.ridge, self.is_image,
+                                                           self.newest_frame_only))
+
+    def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return batch["intrinsic_bonus"][1:]
+
+    def update(self, batch: dict[str, torch.Tensor]) -> float:
+        obs = batch["obs"]
+        steps, envs = obs.shape[0] - 1, obs.shape[1]
+        phi = self.encoder(self.inputs(obs.reshape((steps + 1) * envs, *obs.shape[2:]))).view(steps + 1, envs, -1)
+        logits = self.inverse_dynamics(torch.cat([phi[:-1], phi[1:]], dim=-1))  # [T, B, A]
+        within = ~(batch["terminated"][STEPS] | batch["truncated"][STEPS])  # row t+1 is the same episode's
+        loss = F.cross_entropy(logits[within], batch["action"][STEPS][within]) if bool(within.any()) \
+            else logits.sum() * 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.publish()
+        return loss.item()
+
+    @torch.no_grad()
+    def publish(self) -> None:
+        """Copy the learner's ``phi`` into the actors' copy."""
+        for actor_p, learner_p in zip(self.actor_bonus.encoder.parameters(), self.encoder.parameters(), strict=True):
+            actor_p.copy_(learner_p)
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        super().load_checkpoint_state(state)
+        self.publish()
