@@ -61,12 +61,17 @@ def read(run_dir: Path, window: int) -> dict:
     }
 
 
+
+def _score(value: float) -> str:
+    """A return as the table prints it: one decimal below 100 in magnitude (Pong's), none above."""
+    return f"{value:.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
 def row(run: dict) -> str:
-    windows = " / ".join("n/a" if w is None else f"{w:,.0f}" for w in run["windows"])
+    windows = " / ".join("n/a" if w is None else _score(w) for w in run["windows"])
     entropy = "" if run["entropy"] is None else f"{run['entropy']:.2f}"
     dormant = ", ".join(f"{k} {v:.2f}" for k, v in run["dormant"].items())
     cells = [run["game"], run["candidate"], str(run["seed"]), f"{run['agent_steps'] / 1e6:.2f}M", windows,
-             "" if run["eval"] is None else f"{run['eval']:,.0f}", entropy, dormant,
+             "" if run["eval"] is None else _score(run["eval"]), entropy, dormant,
              "" if run["sps"] is None else f"{run['sps']:,.0f}"]
     return "| " + " | ".join(cells) + " |"
 
