@@ -143,7 +143,7 @@ def bench_inference(cfg, spec, args) -> float:
 def bench_sampling(cfg, spec, args) -> float:
     from distrl.engine.actor import actor_contexts, run_actor
     from distrl.engine.storage import Channels, RolloutStorage
-    from distrl.intrinsic import make_intrinsic
+    from distrl.intrinsic import intrinsic_for_run
     from distrl.nn.actor_learner import DistributedActorLearner
     from distrl.rollout import RolloutLayout
 
@@ -154,8 +154,7 @@ def bench_sampling(cfg, spec, args) -> float:
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
     channels = Channels.create(storage, ctx, placement.num_actors)
     stop, episodes = channels.stop_event, channels.episode_queue
-    intrinsic = make_intrinsic(spec.obs_shape, cfg.intrinsic, cfg.env.kind == "atari", num_envs=placement.stepping,
-                               num_actions=spec.num_actions)  # e3b's bonus is computed in the actors
+    intrinsic = intrinsic_for_run(cfg, spec, placement.stepping)  # e3b's bonus is computed in the actors
     bonus = intrinsic.actor_bonus if intrinsic is not None else None
     procs = []
     for i, actx in enumerate(actor_contexts(cfg, placement, policy.actor, storage, channels, log_level="WARNING",

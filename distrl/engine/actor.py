@@ -297,7 +297,7 @@ class SlotWriter:
             buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
             value[envs_t, 0] = value[envs_t, -1]
         buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
-        buf["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * len(self.slot))
+        buf["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * self.ctx.num_envs)
         for slot in slots.tolist():
             self.held.remove(slot)
             self.ctx.channels.owner[slot] = NO_OWNER

@@ -46,7 +46,7 @@ from distrl.engine.supervisor import (
     Workers,
 )
 from distrl.envs import env_seed, eval_seed
-from distrl.intrinsic import make_intrinsic, needs_value_head
+from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.utils import checkpoint
@@ -103,9 +103,7 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
         random.seed(cfg.seed)
         self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model,
                                               intrinsic_value=needs_value_head(cfg.intrinsic))
-        self.intrinsic = make_intrinsic(self.spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
-                                        discount=cfg.agent.discount, num_envs=self.placement.stepping,
-                                        num_actions=self.spec.num_actions)
+        self.intrinsic = intrinsic_for_run(cfg, self.spec, self.placement.stepping)
         if cfg.train.init_model_path:
             self._initial_weights(str(checkpoint.checkpoint_file(cfg.train.init_model_path)))
         self.policy.to(self.device)

@@ -56,7 +56,7 @@ from distrl.intrinsic.re3 import RE3
 from distrl.intrinsic.rnd import RND
 
 __all__ = ["E3B", "NAMES", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd", "feature_net",
-           "make_intrinsic", "needs_value_head"]
+           "intrinsic_for_run", "make_intrinsic", "needs_value_head"]
 
 NAMES = ("none", "rnd", "re3", "e3b")
 
@@ -85,3 +85,10 @@ def make_intrinsic(obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_onl
     if cfg.name == "e3b":
         return E3B(obs_shape, cfg, num_actions, newest_frame_only, discount, cfg.episodic)
     raise ValueError(f"intrinsic={cfg.name!r}: use one of {', '.join(NAMES)}")
+
+
+def intrinsic_for_run(cfg: DictConfig, spec, num_envs: int) -> IntrinsicReward | None:
+    """:func:`make_intrinsic` for train config ``cfg`` on env ``spec`` (a :class:`distrl.envs.EnvSpec`)
+    with ``num_envs`` envs stepping: Atari's newest frame only, the agent's discount."""
+    return make_intrinsic(spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
+                          discount=cfg.agent.discount, num_envs=num_envs, num_actions=spec.num_actions)

@@ -62,10 +62,16 @@ class EllipticalBonus:
         if bool(first.any()):
             self.cov_inverse[ids[first]] = self.identity
         phi = self.encoder(encoder_inputs(obs, self.is_image, self.newest_frame_only)).float()  # [k, D]
-        cov_inverse = self.cov_inverse[ids]  # [k, D, D]
+        consecutive = bool((ids[1:] - ids[:-1] == 1).all())
+        # consecutive envs (the usual case): a view, updated in place; else a gathered copy, written back
+        at = slice(int(ids[0]), int(ids[-1]) + 1) if consecutive else ids
+        cov_inverse = self.cov_inverse[at]  # [k, D, D]
         u = torch.bmm(cov_inverse, phi.unsqueeze(-1)).squeeze(-1)
         bonus = (phi * u).sum(-1)
-        self.cov_inverse[ids] = cov_inverse - u.unsqueeze(2) * u.unsqueeze(1) / (1.0 + bonus).view(-1, 1, 1)
+        v = (u / (1.0 + bonus).sqrt().unsqueeze(-1)).unsqueeze(-1)  # C^-1 -= u u^T / (1 + b) = v v^T
+        cov_inverse.baddbmm_(v, v.transpose(1, 2), alpha=-1.0)
+        if not consecutive:
+            self.cov_inverse[at] = cov_inverse
         return bonus
 
 
@@ -106,14 +112,16 @@ class E3B(IntrinsicReward):
         orthogonal_init(self)
         self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
         actor_encoder = copy.deepcopy(self.encoder).requires_grad_(False).eval().share_memory()
-        # a plain attribute, not a submodule: it stays on the CPU and out of the state_dict
-        object.__setattr__(self, "actor_bonus", ActorBonus(actor_encoder, cfg.ridge, self.is_image,
-                                                           self.newest_frame_only))
+        # not a Module: nn.Module does not register it, so it stays on the CPU and out of the state_dict
+        self.actor_bonus = ActorBonus(actor_encoder, cfg.ridge, self.is_image, self.newest_frame_only)
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return batch["intrinsic_bonus"][1:]
 
     def update(self, batch: dict[str, torch.Tensor]) -> float:
+        """One Adam step of the embedding and the inverse dynamics on a ``[T+1, B]`` batch (``obs``,
+        ``action [T+1, B] int64``, the episode ends), then :meth:`publish`. Returns the inverse
+        dynamics' cross-entropy (nats, mean over the steps that did not end an episode; 0 if all did)."""
         obs = batch["obs"]
         steps, envs = obs.shape[0] - 1, obs.shape[1]
         phi = self.encoder(self.inputs(obs.reshape((steps + 1) * envs, *obs.shape[2:]))).view(steps + 1, envs, -1)
