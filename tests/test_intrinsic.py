@@ -189,6 +189,35 @@ def test_e3b_bonus_is_the_elliptical_potential_of_the_episode_so_far():
     assert actor_bonuses(module, again, ended)[6, 0] < 0.1 * bonuses[:, 0].mean()
 
 
+@pytest.mark.parametrize("normalize, clip", [("returns", None), ("rewards", None), ("rewards", 1.0)])
+def test_intrinsic_rewards_are_divided_by_the_running_std_chosen_then_clipped(normalize, clip):
+    """``intrinsic.normalize``: the std of the discounted returns within each unroll (E3B's episodic
+    ones cut at an episode's end), or of the rewards of the steps that did not end an episode, over
+    every batch so far; ``intrinsic.clip``: the most a normalised reward may be (E3B's defaults:
+    rewards, 1)."""
+    module = make_intrinsic((40,), intrinsic_cfg("e3b", normalize=normalize, clip=clip), num_envs=2, num_actions=A)
+    counted = []
+    for scale in (1.0, 50.0):
+        batch = batch_of(torch.zeros(T + 1, 2, 40), ended_at=(2, 1))
+        batch["intrinsic_bonus"] = torch.rand(T + 1, 2) * scale
+        batch["intrinsic_bonus"][1, 0] = 200.0 * scale  # a spike, as an episode's first bonus is
+        raw, normalised = module.rewards(batch)
+        within = ~batch["terminated"][:-1]  # the steps that did not end an episode
+        if normalize == "rewards":
+            counted.append(raw[within])
+        else:
+            running, returns = torch.zeros(2), []
+            for t in range(T - 1, -1, -1):
+                running = raw[t] + 0.99 * running * within[t]
+                returns.append(running)
+            counted.append(torch.stack(returns).flatten())
+    expected = raw / torch.cat(counted).double().std(unbiased=False).float()
+    if clip is not None:
+        assert expected.max() > clip
+        expected = expected.clamp_max(clip)
+    torch.testing.assert_close(normalised, expected, rtol=1e-4, atol=1e-6)
+
+
 def test_e3b_trains_its_embedding_by_inverse_dynamics_and_publishes_it_to_the_actors():
     """A world where the action sets the next observation (one-hot cell ``a``): the inverse dynamics'
     loss falls, the learner's rewards are the stored bonuses of rows 1..T (0 where an episode ends),
@@ -291,6 +320,8 @@ def test_pretraining_leaves_the_extrinsic_reward_out():
     (["intrinsic=rnd", "intrinsic.embed_dim=0"], "intrinsic.embed_dim"),
     (["intrinsic=rnd", "intrinsic.lr=0"], "intrinsic.lr"),
     (["intrinsic=e3b", "intrinsic.ridge=0"], "intrinsic.ridge"),
+    (["intrinsic=e3b", "intrinsic.normalize=returns_std"], "intrinsic.normalize"),
+    (["intrinsic=e3b", "intrinsic.clip=0"], "intrinsic.clip"),
     (["train.pretraining=true"], "train.pretraining"),
 ])
 def test_intrinsic_settings_that_cannot_work_are_refused(overrides, key):

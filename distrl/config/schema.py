@@ -115,6 +115,8 @@ class IntrinsicConfig:
     memory: int = MISSING  # the last observations of each env among the neighbours (re3)
     ridge: float = MISSING  # the initial diagonal of each episode's covariance (e3b)
     episodic: bool = MISSING  # true: one value head, an episode's end cuts the intrinsic return too
+    normalize: str = MISSING  # returns | rewards: whose running std the rewards are divided by
+    clip: float | None = MISSING  # null, or the most a normalised intrinsic reward may be
 
 
 @dataclass

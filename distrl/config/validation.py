@@ -19,7 +19,7 @@ from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
 from distrl.config.schema import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
 from distrl.envs import EnvSpec, env_spec, known_env_id_error
-from distrl.intrinsic import NAMES
+from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE
 from distrl.rollout import RolloutLayout
 from distrl.utils.checkpoint import checkpoint_file
@@ -331,6 +331,10 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
         _positive_int(cfg, f"intrinsic.{key}")
     _check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")
     _check(intrinsic.ridge > 0 and math.isfinite(intrinsic.ridge), "intrinsic.ridge", intrinsic.ridge, "a number > 0")
+    _check(intrinsic.normalize in NORMALIZATIONS, "intrinsic.normalize", intrinsic.normalize,
+           " or ".join(NORMALIZATIONS))
+    _check(intrinsic.clip is None or (intrinsic.clip > 0 and math.isfinite(intrinsic.clip)), "intrinsic.clip",
+           intrinsic.clip, "null or a number > 0")
     if intrinsic.name == "re3":
         most = cfg.num_steps - 1
         _check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,

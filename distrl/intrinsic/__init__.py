@@ -28,6 +28,12 @@ Decisions, with their sources:
   (mean subtracted) and clips them to [-1, 1]. Dividing RE3 by the std of its rewards, as distrl did
   first, left the intrinsic value loss at 3-17 and the gradient norm at 20-180 on DoorKey-8x8 (the
   clip is 0.5), the value head's error drowning the policy's gradient (docs/exploration.md).
+- **E3B: the std of the bonuses, then a clip** (``intrinsic.normalize=rewards``, ``intrinsic.clip=1``,
+  E3B's defaults; facebookresearch/e3b divides the bonus by the running std of the bonuses
+  (``reward_norm=int``) and clips rewards to [-1, 1]). An episode's first bonuses are about
+  ``|phi|^2 / ridge``, hundreds of times the later ones: divided by the std of the returns they
+  set, the later bonuses, where the door and the goal are, were a few thousandths
+  (docs/exploration.md). ``intrinsic.normalize`` and ``intrinsic.clip`` apply to every module.
 - **RND's observation statistics** (Burda et al. 2019, Section 2.4): observations are standardised
   by a running mean and std per element and clipped to [-5, 5]; for Atari only the newest frame of
   the stack is used, as in the paper. The statistics start with the first batch (the paper first
@@ -50,12 +56,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from distrl.intrinsic.base import IntrinsicReward, RunningMeanStd, feature_net
+from distrl.intrinsic.base import NORMALIZATIONS, IntrinsicReward, RunningMeanStd, feature_net
 from distrl.intrinsic.e3b import E3B, ActorBonus
 from distrl.intrinsic.re3 import RE3
 from distrl.intrinsic.rnd import RND
 
-__all__ = ["E3B", "NAMES", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd", "feature_net",
+__all__ = ["E3B", "NAMES", "NORMALIZATIONS", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd", "feature_net",
            "intrinsic_for_run", "make_intrinsic", "needs_value_head"]
 
 NAMES = ("none", "rnd", "re3", "e3b")

@@ -14,6 +14,9 @@ from torch import nn
 from distrl.rollout import STEPS
 
 
+NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
+
+
 class RunningMeanStd(nn.Module):
     """Running mean and variance of ``[N, *shape]`` samples (Chan et al. 1979's parallel update),
     kept as buffers so that they are in the module's ``state_dict``."""
@@ -125,7 +128,10 @@ class IntrinsicReward(nn.Module):
     @torch.no_grad()
     def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The intrinsic rewards of a ``[T+1, B]`` batch's ``T`` steps: ``(raw, normalised)``, each
-        ``[T, B] float32``; 0 where a step ends its episode. Updates the running statistics.
+        ``[T, B] float32``; 0 where a step ends its episode. ``normalised`` is ``raw`` divided by a
+        running std (``intrinsic.normalize``: of the intrinsic returns, :meth:`_scale`, or of the
+        rewards of the steps that did not end an episode), then clipped at ``intrinsic.clip`` (null:
+        not clipped). Updates the running statistics.
 
         The batch holds ``obs [T+1, B, ...]``, ``terminated`` and ``truncated [T+1, B] bool`` and,
         for the modules that keep something per environment, ``env_id [B] int64`` (the env that
@@ -134,7 +140,13 @@ class IntrinsicReward(nn.Module):
         raw = self._raw(obs[1:], batch).float()
         ended = batch["terminated"][STEPS] | batch["truncated"][STEPS]
         raw = raw.masked_fill(ended, 0.0)
-        return raw, raw / self._scale(raw, ended)
+        if self.cfg.normalize == "rewards":
+            self.reward_rms.update(raw[~ended])
+            normalised = raw / self.reward_rms.std.clamp_min(1e-8)
+        else:
+            normalised = raw / self._scale(raw, ended)
+        clip = self.cfg.clip
+        return raw, normalised if clip is None else normalised.clamp_max(clip)
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[T, B]`` raw rewards of the observations ``next_obs [T, B, *obs_shape]`` of ``batch``."""
