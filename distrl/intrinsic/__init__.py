@@ -61,8 +61,8 @@ from distrl.intrinsic.e3b import E3B, ActorBonus
 from distrl.intrinsic.re3 import RE3
 from distrl.intrinsic.rnd import RND
 
-__all__ = ["E3B", "NAMES", "NORMALIZATIONS", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd", "feature_net",
-           "intrinsic_for_run", "make_intrinsic", "needs_value_head"]
+__all__ = ["E3B", "NAMES", "NORMALIZATIONS", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd",
+           "feature_net", "intrinsic_for_run", "make_intrinsic", "needs_value_head"]
 
 NAMES = ("none", "rnd", "re3", "e3b")
 

@@ -13,7 +13,6 @@ from torch import nn
 
 from distrl.rollout import STEPS
 
-
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
 
 
