@@ -13,6 +13,7 @@ from conftest import DISTRL
 
 from distrl import IMPALA, DistributedActorLearner, DistributedAgent, DistributedTrainer, SimulatorDistributed
 from distrl.compat.env_objects import EnvObjectError
+from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
 
 
@@ -46,6 +47,10 @@ def test_rllte_arguments_map_to_distrl_keys_with_their_units():
         DistributedAgent("CartPole-v1", pretraining=True)
     defaults = DistributedAgent("CartPole-v1")  # unset sizes: distrl's own (auto), not rllte's 45 actors
     assert (defaults.cfg.num_actors, defaults.cfg.num_storages, defaults.cfg.num_steps) == ("auto", "auto", 16)
+    # the seeds' IMPALA trains IMPALA's loss, also where the env's preset trains another (MiniGrid: APPO)
+    assert IMPALA("MiniGrid-DoorKey-5x5-v0").cfg.agent.name == "impala"
+    assert compose_config(["experiment=minigrid"]).agent.name == "appo"
+    assert IMPALA("MiniGrid-DoorKey-5x5-v0", overrides=["agent=appo"]).cfg.agent.name == "appo"
 
 
 @pytest.mark.parametrize("call, error, match", [

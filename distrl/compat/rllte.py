@@ -118,7 +118,8 @@ class DistributedAgent(LearnerHook):
             raise TypeError(f"{type(self).__name__}() got keyword argument(s) {', '.join(unknown)} that rllte's IMPALA "
                             f"does not take; distrl's other keys go in overrides=[...] (`distrl train --help`)")
         self._env_choice = env_choice(env)
-        overrides = [*self._env_choice.overrides, f"seed={int(seed)}", f"device={device}"]
+        # IMPALA's loss whatever the env's preset trains (experiment=minigrid: APPO)
+        overrides = [*self._env_choice.overrides, "agent=impala", f"seed={int(seed)}", f"device={device}"]
         if tag and tag != "default":
             overrides.append(f"tag={tag}")
         for key, value in (("num_steps", num_steps), ("num_actors", num_actors), ("num_learners", num_learners),
