@@ -127,10 +127,9 @@ class IntrinsicReward(nn.Module):
     @torch.no_grad()
     def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The intrinsic rewards of a ``[T+1, B]`` batch's ``T`` steps: ``(raw, normalised)``, each
-        ``[T, B] float32``; 0 where a step ends its episode. ``normalised`` is ``raw`` divided by a
-        running std (``intrinsic.normalize``: of the intrinsic returns, :meth:`_scale`, or of the
-        rewards of the steps that did not end an episode), then clipped at ``intrinsic.clip`` (null:
-        not clipped). Updates the running statistics.
+        ``[T, B] float32``; 0 where a step ends its episode. ``normalised`` is ``raw`` divided by
+        the running std of :meth:`_scale`, then clipped at ``intrinsic.clip`` (null: not clipped).
+        Updates the running statistics.
 
         The batch holds ``obs [T+1, B, ...]``, ``terminated`` and ``truncated [T+1, B] bool`` and,
         for the modules that keep something per environment, ``env_id [B] int64`` (the env that
@@ -139,21 +138,22 @@ class IntrinsicReward(nn.Module):
         raw = self._raw(obs[1:], batch).float()
         ended = batch["terminated"][STEPS] | batch["truncated"][STEPS]
         raw = raw.masked_fill(ended, 0.0)
-        if self.cfg.normalize == "rewards":
-            self.reward_rms.update(raw[~ended])
-            normalised = raw / self.reward_rms.std.clamp_min(1e-8)
-        else:
-            normalised = raw / self._scale(raw, ended)
-        clip = self.cfg.clip
-        return raw, normalised if clip is None else normalised.clamp_max(clip)
+        normalised = raw / self._scale(raw, ended)
+        return raw, normalised if self.cfg.clip is None else normalised.clamp_max(self.cfg.clip)
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[T, B]`` raw rewards of the observations ``next_obs [T, B, *obs_shape]`` of ``batch``."""
         raise NotImplementedError
 
     def _scale(self, raw: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
-        """The running std of the discounted intrinsic returns within each unroll (cut at an
-        episode's end only if episodic), which the rewards are divided by."""
+        """The running std (a scalar tensor, at least 1e-8) that the ``[T, B]`` rewards ``raw`` are
+        divided by, updated with this batch (``ended [T, B] bool``: the steps that end an episode).
+        ``intrinsic.normalize=returns``: of the discounted intrinsic returns within each unroll, cut
+        at an episode's end only if episodic (Burda et al. 2019, Section 2.4); ``rewards``: of the
+        rewards of the steps that did not end an episode (E3B's ``reward_norm=int``)."""
+        if self.cfg.normalize == "rewards":
+            self.reward_rms.update(raw[~ended])
+            return self.reward_rms.std.clamp_min(1e-8)
         returns = torch.zeros_like(raw)
         running = torch.zeros_like(raw[0])
         keep = (~ended).float() if self.episodic else torch.ones_like(raw)
