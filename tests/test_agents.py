@@ -7,7 +7,7 @@ from conftest import compose_train
 from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_policy_batch
 
 from distrl.agents import AppoLoss, ImpalaLoss, make_loss
-from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss
+from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
 from distrl.nn.actor_learner import DistributedActorLearner
 
 
@@ -35,6 +35,14 @@ def test_value_clipping_keeps_the_larger_error_of_the_clipped_and_the_free_value
     assert clipped_value_loss(values, old, targets, None).item() == pytest.approx(0.5 * (1.0 + 0.05**2 + 1.0) / 3)
 
 
+def test_the_ratio_diagnostics_are_the_share_outside_the_clip_and_the_k3_kl_estimate():
+    ratios = torch.tensor([[1.5, 1.1, 0.5, 0.95]])
+    got = ratio_diagnostics(ratios.log(), clip=0.2)
+    assert got["clip_fraction"].item() == pytest.approx(0.5)  # 1.5 and 0.5 lie outside [0.8, 1.2]
+    assert got["approx_kl"].item() == pytest.approx(((ratios - 1) - ratios.log()).mean().item())
+    assert got["approx_kl"].item() > 0 and not got["approx_kl"].requires_grad
+
+
 def _appo(overrides=()):
     cfg = compose_train(["experiment=cartpole", "agent=appo", f"agent.discount={GAMMA}", "agent.trace_lambda=1.0",
                          "agent.num_minibatches=1", *overrides])
@@ -56,6 +64,8 @@ def test_appos_first_step_is_the_clipped_surrogate_on_the_standardised_on_policy
     advantages = (advantages - advantages.mean()) / advantages.std(correction=0)
     losses = learner.update(batch)
     assert losses["policy"] == pytest.approx(-advantages.mean().item(), abs=1e-6)  # 0: ratio 1, mean 0
+    # the first step's diagnostics are reported (logged as losses/<name>): on-policy, nothing moved yet
+    assert losses["clip_fraction"] == 0.0 and losses["approx_kl"] == pytest.approx(0.0, abs=1e-6)
     expected_value = clipped_value_loss(values[:T], batch["baseline"][:T], vs, 0.05).item()
     assert losses["value"] == pytest.approx(expected_value, rel=1e-5)
     assert expected_value != pytest.approx(clipped_value_loss(values[:T], batch["baseline"][:T], vs, None).item())

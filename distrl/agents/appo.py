@@ -18,6 +18,10 @@ follow the policy as it moves within the batch. On one minibatch, averaged over 
   ``agent.value_clip: null`` is the plain squared error. An intrinsic value head
   (:mod:`distrl.intrinsic`) has no stored value: its loss is the plain squared error;
 - ``entropy_cost`` x the negative entropy, as IMPALA's.
+
+Beside the loss it reports (:func:`ratio_diagnostics`) the fraction of steps whose ratio lies
+outside the clip's range and the approximate KL divergence from the behaviour policy, as CleanRL's
+PPO logs ``clipfrac`` and ``approx_kl``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ def clipped_surrogate_loss(log_ratios: torch.Tensor, advantages: torch.Tensor, c
     unclipped = ratios * advantages
     clipped = ratios.clamp(1.0 - clip, 1.0 + clip) * advantages
     return -torch.min(unclipped, clipped).mean()
+
+
+def ratio_diagnostics(log_ratios: torch.Tensor, clip: float) -> dict[str, torch.Tensor]:
+    """How far the current policy has moved from the behaviour policy on a (mini)batch:
+    ``clip_fraction``, the fraction of steps with ``|r - 1| > clip``, and ``approx_kl``, the mean of
+    ``(r - 1) - log r`` (an unbiased, non-negative estimate of ``KL(mu || pi)`` in nats; Schulman,
+    "Approximating KL divergence", 2020, the ``k3`` estimator). ``log_ratios [T, B]`` -> scalar
+    tensors without gradient."""
+    log_ratios = log_ratios.detach().float()
+    ratios = log_ratios.exp()
+    return {"clip_fraction": ((ratios - 1.0).abs() > clip).float().mean(),
+            "approx_kl": ((ratios - 1.0) - log_ratios).mean()}
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor,
@@ -69,4 +85,4 @@ class AppoLoss(AgentLoss):
             value_loss = value_loss + vtrace.baseline_loss(vs - v)
         entropy_loss = vtrace.entropy_loss(logits[STEPS])
         total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
-        return total, pg_loss, value_loss, entropy_loss
+        return LossTerms(total, pg_loss, value_loss, entropy_loss, ratio_diagnostics(targets.log_rhos, agent.clip))

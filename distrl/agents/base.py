@@ -4,7 +4,8 @@ and the split of a batch into minibatches.
 A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`distrl.rollout.STEPS`) are the steps the loss is
 computed on and row ``T`` (:data:`distrl.rollout.BOOTSTRAP`) the observation whose value bootstraps
 the unroll (:mod:`distrl.rollout`). An agent is a subclass of :class:`AgentLoss` whose ``__call__``
-turns the network's outputs on a (mini)batch into ``(total, policy, value, entropy)``; the learner
+turns the network's outputs on a (mini)batch into :class:`LossTerms` (total, policy, value,
+entropy and the agent's diagnostics); the learner
 (:mod:`distrl.engine.learner`) runs the network, makes ``num_epochs x num_minibatches`` optimizer
 steps per batch and never looks inside the loss.
 """
@@ -19,7 +20,21 @@ from omegaconf import DictConfig
 from distrl.agents import vtrace
 from distrl.rollout import BOOTSTRAP, STEPS
 
-LossTerms = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # total, policy, value, entropy
+
+class LossTerms(NamedTuple):
+    """One optimizer step's loss: scalar tensors averaged over the (mini)batch's ``T x B`` steps.
+
+    ``total`` (with gradient) is what the learner minimises; ``policy``, ``value`` and ``entropy``
+    its terms (the entropy term is the negative entropy, in nats); ``diagnostics``: scalar tensors
+    without gradient that the agent reports beside them (APPO's ``clip_fraction`` and
+    ``approx_kl``), logged as ``losses/<name>``; None: none.
+    """
+
+    total: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+    diagnostics: dict[str, torch.Tensor] | None = None
 
 
 class Targets(NamedTuple):
@@ -65,7 +80,7 @@ class AgentLoss:
                  entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
         """The loss of one optimizer step: ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]``, or
         ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row of ``batch``.
-        Returns ``(total, policy, value, entropy)``, scalar tensors averaged over the ``T x B`` steps."""
+        Returns :class:`LossTerms`, scalar tensors averaged over the ``T x B`` steps."""
         raise NotImplementedError
 
     def targets(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,

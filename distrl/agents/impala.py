@@ -30,4 +30,4 @@ class ImpalaLoss(AgentLoss):
         value_loss = sum(vtrace.baseline_loss(vs - v) for v, vs in zip(targets.values, targets.vs, strict=True))
         entropy_loss = vtrace.entropy_loss(logits)
         total = pg_loss + self.agent.baseline_cost * value_loss + entropy_cost * entropy_loss
-        return total, pg_loss, value_loss, entropy_loss
+        return LossTerms(total, pg_loss, value_loss, entropy_loss)

@@ -205,7 +205,7 @@ class DistributedAgent(LearnerHook):
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
-        """The loss of one optimizer step: ``(total, policy, value, entropy)``, scalar tensors
+        """The loss of one optimizer step: ``(total, policy, value, entropy, diagnostics)``, scalar tensors
         (:meth:`distrl.engine.learner.Learner.loss`). An override may add a term to ``total``, e.g.
         ``total, *rest = super().loss(...); return (total + 1e-4 * l2, *rest)``."""
         return self._learner().loss(batch, entropy_cost, intrinsic_coef)

@@ -145,8 +145,10 @@ class Learner:
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
-            "finite", "publish_seconds"}``: the first optimizer step's losses and gradient norm (the batch
-            against the weights it found), or those of the non-finite epoch, floats;
+            "finite", "publish_seconds"}`` and the loss's diagnostics (APPO's ``clip_fraction`` and
+            ``approx_kl``): the first optimizer step's losses, gradient norm and diagnostics (the
+            batch against the weights it found: for APPO's, how far the learner's policy has moved
+            from the behaviour policy that acted), or those of the non-finite epoch, floats;
             ``learning_rate`` and ``entropy_cost`` those this update used; ``finite`` a bool;
             ``publish_seconds`` the wall time of copying the weights to the actors. With an
             intrinsic reward also ``intrinsic_reward_raw`` and ``intrinsic_reward`` (mean per step,
@@ -180,14 +182,15 @@ class Learner:
                 loss = self.intrinsic.update(batch) if finite else None
                 intrinsic["intrinsic_loss"] = 0.0 if loss is None else loss
             self.updates += 1
-        return {**dict(zip(LOSS_NAMES, reported, strict=True)), "learning_rate": position.learning_rate,
+        return {**reported, "learning_rate": position.learning_rate,
                 "entropy_cost": position.entropy_cost, "finite": finite, "publish_seconds": publish_seconds,
                 **intrinsic}
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
         """The agent's loss on ``batch`` (a ``[T+1, B]`` batch or a minibatch of it):
-        ``(total, policy, value, entropy)``, scalar tensors averaged over its ``T x B`` steps.
+        ``(total, policy, value, entropy, diagnostics)`` (:class:`distrl.agents.LossTerms`), scalar
+        tensors averaged over its ``T x B`` steps.
 
         The network runs on all T+1 rows with the weights of this moment; :attr:`agent_loss`
         (:mod:`distrl.agents`) computes the loss from its outputs.
@@ -199,20 +202,23 @@ class Learner:
         return self.agent_loss(batch, logits, values, entropy_cost, intrinsic_coef)
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-                        stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[list[float], bool]:
+                        stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[dict[str, float], bool]:
         """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
-        Returns ``[total, policy, value, entropy, grad_norm]`` (the norm before clipping) and whether
-        the step was made."""
+        Returns ``{total, policy, value, entropy, grad_norm}`` (the norm before clipping) and the
+        loss's diagnostics (:class:`distrl.agents.LossTerms`), floats, and whether the step was made."""
         loss = self.hook.loss if self.hook is not None else self.loss
-        losses = loss(batch, entropy_cost, intrinsic_coef)
+        total, policy, value, entropy, *rest = loss(batch, entropy_cost, intrinsic_coef)  # a hook's: 4 terms
+        diagnostics = (rest[0] if rest else None) or {}
         self.optimizer.zero_grad(set_to_none=True)
-        losses[0].backward()
+        total.backward()
         parameters = list(self.policy.learner.parameters())
         if self.ranks.enabled:
             self.ranks.average_gradients(parameters, stop)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.agent.max_grad_norm)
-        scalars = torch.stack([*losses, grad_norm]).detach().tolist()  # one sync
-        finite = math.isfinite(scalars[0]) and math.isfinite(scalars[-1])
+        terms = [total, policy, value, entropy, grad_norm, *diagnostics.values()]
+        values = torch.stack([term.detach().float() for term in terms]).tolist()  # one sync
+        scalars = dict(zip((*LOSS_NAMES, *diagnostics), values, strict=True))
+        finite = math.isfinite(scalars["total"]) and math.isfinite(scalars["grad_norm"])
         if finite:
             self.optimizer.step()
         return scalars, finite
@@ -225,7 +231,8 @@ class LearnerHook:
     ``update(batch)`` makes one learner update on a ``[T+1, B]`` batch (the layout of
     :mod:`distrl.rollout`) and returns :meth:`Learner.update`'s dict, to which it may add float
     metrics (logged as ``losses/<name>``); ``loss(batch, entropy_cost, intrinsic_coef)`` returns
-    ``(total, policy, value, entropy)`` for one optimizer step, as :meth:`Learner.loss`. Both run in
+    ``(total, policy, value, entropy)`` for one optimizer step, optionally with a fifth item, a dict
+    of diagnostics, as :meth:`Learner.loss`. Both run in
     the learner thread with the learner's lock held.
     """
 
