@@ -54,7 +54,8 @@ def test_throughput_is_agent_steps_per_second_over_its_window():
     (2, "cpu", 1, 1), (16, "cpu", 8, 8), (48, "cpu", 24, 24), (16, "cuda", 15, 1), (48, "cuda", 47, 1)])
 def test_placement_sizes_a_machine_of_2_16_48_cores(cores, device, actors, threads, monkeypatch):
     """``auto`` sizes: a CPU learner takes half the cores, a CUDA learner leaves all but one to the
-    actors; slots are 2 x the stepping envs + B x learners; actors are pinned one to a core (with
+    actors; slots are 2 x the stepping envs + B x learners for IMPALA, the stepping envs + B x
+    learners (at least one actor's unroll more) for APPO; actors are pinned one to a core (with
     synchronous stepping, the default with a CPU learner) or not at all (async, with CUDA)."""
     import torch
 
@@ -65,6 +66,8 @@ def test_placement_sizes_a_machine_of_2_16_48_cores(cores, device, actors, threa
     p = plan(compose_train([]))
     assert (p.num_actors, p.learner_threads, p.device.type) == (actors, threads, device)
     assert p.num_storages == 2 * actors * 16 + 4
+    assert plan(compose_train(["agent=appo", "batch_size=32"])).num_storages == actors * 16 + 32
+    assert plan(compose_train(["agent=appo", "batch_size=8"])).num_storages == actors * 16 + 8 + 8
     if device == "cpu":
         assert not p.async_step and p.actor_cores == tuple((100 + i,) for i in range(actors))
     else:

@@ -63,7 +63,15 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
     - ``learner_threads=auto``: the cores the actors leave (at least 1).
-    - ``num_storages=auto``: 2 x the environments stepping at once + ``batch_size x num_learners``.
+    - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
+      (the least validation allows: each stepping env holds a slot, each learner collects B), plus
+      room for the actors to run ahead of the learner: for an agent of one optimizer step a batch
+      (IMPALA's) one more unroll of every stepping env, so that the actors never wait on a learner
+      that keeps up with them; for an agent of several (APPO's ``num_epochs x num_minibatches``),
+      whose learner is the bottleneck, one actor's unroll at most (``envs_per_actor`` less the B
+      already counted): more slots would only let the actors run further ahead and raise the policy
+      lag (Pong, APPO, seed 2: lag 2.0 with the IMPALA rule against 1.5, eval +0.3 against +14.1 at
+      3M agent steps; docs/atari5.md, "The third session of screening").
     - ``env.async_step=auto``: on with a CUDA learner, off with a CPU learner (it takes the cores a
       CPU learner needs); it can only happen on the ``vector`` Atari backend with an even
       ``envs_per_actor``, and is off otherwise whatever the key says.
@@ -89,7 +97,12 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     if cfg.num_storages != "auto":
         num_storages = int(cfg.num_storages)
     else:
-        num_storages = 2 * num_actors * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
+        least = num_actors * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
+        steps_a_batch = int(cfg.agent.num_epochs) * int(cfg.agent.get("num_minibatches", 1))
+        if steps_a_batch == 1:
+            num_storages = least + num_actors * cfg.envs_per_actor
+        else:
+            num_storages = least + max(0, cfg.envs_per_actor - cfg.batch_size * cfg.num_learners)
 
     wanted = cfg.env.get("async_step", False)
     if wanted == "auto":
