@@ -66,6 +66,16 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cartpole.env.kind == "gym" and cartpole.env.id == "CartPole-v1"
 
 
+def test_each_agent_brings_its_own_unroll_and_batch_and_the_command_line_still_wins():
+    """T and B live with the loss (conf/agent/): IMPALA's 20 x 4, APPO's PPO sizing 32 x 32; a
+    preset's and the command line's values beat the agent's."""
+    appo = compose_train(["agent=appo"])
+    assert (appo.agent.name, appo.num_steps, appo.batch_size) == ("appo", 32, 32)
+    assert (compose_train(["agent=appo", "num_steps=8"]).num_steps, appo.batch_size) == (8, 32)
+    cartpole = compose_train(["experiment=cartpole", "agent=appo"])
+    assert (cartpole.agent.name, cartpole.num_steps, cartpole.batch_size) == ("appo", 16, 4)
+
+
 def test_the_command_line_beats_the_experiment_preset():
     cfg = compose_train(["experiment=cartpole", "num_steps=7", "agent.lr=0.001", "train.eval_interval=123"])
     assert (cfg.num_steps, cfg.agent.lr, cfg.train.eval_interval) == (7, 0.001, 123)
