@@ -260,7 +260,7 @@ def test_the_episodic_choice_adds_the_weighted_intrinsic_reward_to_the_extrinsic
     with_bonus = learner.loss({**batch, "intrinsic_reward": intrinsic}, 0.0, intrinsic_coef=0.3)
     shifted = {**batch, "reward": batch["reward"].clone()}
     shifted["reward"][:-1] += 0.3 * intrinsic  # the same rewards, added by hand (inside the clip)
-    torch.testing.assert_close(torch.stack(with_bonus), torch.stack(learner.loss(shifted, 0.0)))
+    torch.testing.assert_close(torch.stack(with_bonus[:4]), torch.stack(learner.loss(shifted, 0.0)[:4]))
 
     losses = learner.update(on_policy_batch(policy, seed=1))
     assert losses["intrinsic_coef"] == 0.3 and losses["intrinsic_loss"] > 0
@@ -308,7 +308,8 @@ def test_pretraining_leaves_the_extrinsic_reward_out():
     learner, policy = _learner(["intrinsic=re3", "train.pretraining=true"])
     batch = {**on_policy_batch(policy), "intrinsic_reward": torch.zeros(3, 2)}
     other = {**batch, "reward": -batch["reward"]}
-    torch.testing.assert_close(torch.stack(learner.loss(batch, 0.01, 0.5)), torch.stack(learner.loss(other, 0.01, 0.5)))
+    torch.testing.assert_close(torch.stack(learner.loss(batch, 0.01, 0.5)[:4]),
+                               torch.stack(learner.loss(other, 0.01, 0.5)[:4]))
 
 
 @pytest.mark.parametrize("overrides, key", [
