@@ -49,7 +49,8 @@ def read(run_dir: Path, window: int) -> dict:
     return {
         "game": cfg["env"]["id"].split("/")[-1].removesuffix("-v5"),
         "candidate": (f"{agent['name']} T={cfg['num_steps']} B={cfg['batch_size']} {agent['optimizer']} "
-                      f"lr={agent['lr']:g}"),
+                      f"lr={agent['lr']:g}"
+                      + ("" if cfg.get("num_storages", "auto") == "auto" else f" storages={cfg['num_storages']}")),
         "seed": cfg["seed"],
         "agent_steps": last["agent_steps"],
         "windows": [statistics.fmean(windows[k]) if k in windows else None
