@@ -141,6 +141,17 @@ def test_resume_with_another_env_names_the_mismatch(tmp_path):
         DistributedTrainer(cfg, tmp_path, progress=False)
 
 
+def test_resume_with_another_optimizer_names_the_agent_to_continue_with(tmp_path):
+    """An IMPALA run (RMSProp) continued with APPO's Adam would load RMSProp's statistics into Adam
+    and fail at its first step; it is refused before any process starts, naming the agent.
+    (experiment=cartpole sets RMSProp for either loss: the optimizer is named here.)"""
+    cfg = compose_train([*OLD_RUN, "agent=appo", "agent.optimizer=adam", f"resume={OLD_CHECKPOINT}"])
+    expected = (r"^cannot resume from .*: agent.optimizer='rmsprop' \(agent=impala\) in the checkpoint, "
+                r"'adam' \(agent=appo\) here: continue it with agent=impala$")
+    with pytest.raises(CheckpointError, match=expected):
+        DistributedTrainer(cfg, tmp_path, progress=False)
+
+
 def test_rerunning_in_the_same_run_dir_resumes_and_resume_false_starts_afresh(pong_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(pong_run.run_dir, run_dir)

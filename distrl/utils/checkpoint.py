@@ -242,8 +242,9 @@ ENV_KEYS = ("kind", "id", "frameskip", "frame_stack", "img_size", "full_action_s
 
 def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> str | None:
     """Why checkpoint ``state`` cannot continue a run of ``cfg``, or None if it can: another env
-    (``ENV_KEYS``), another intrinsic reward module, observation shape, action count or network
-    (``MODEL_KEYS``)."""
+    (``ENV_KEYS``), another intrinsic reward module, observation shape, action count, network
+    (``MODEL_KEYS``) or optimizer (``agent.optimizer``: its state holds another optimizer's
+    statistics; another loss with the same optimizer may continue)."""
     saved_env = state["config"].get("env", {})
     for key in ENV_KEYS:
         if key in saved_env and key in cfg.env and saved_env[key] != cfg.env[key]:
@@ -260,6 +261,11 @@ def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> 
     for key in MODEL_KEYS:
         if saved.get(key) != cfg.model[key]:
             return f"model.{key}={saved.get(key)!r} in the checkpoint, {cfg.model[key]!r} here"
+    saved_agent = state["config"].get("agent", {})
+    if saved_agent.get("optimizer", cfg.agent.optimizer) != cfg.agent.optimizer:
+        name = saved_agent.get("name")
+        return (f"agent.optimizer={saved_agent['optimizer']!r} (agent={name}) in the checkpoint, "
+                f"{cfg.agent.optimizer!r} (agent={cfg.agent.name}) here: continue it with agent={name}")
     return None
 
 
