@@ -115,7 +115,7 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     (a window without an episode says n/a), the last eval, entropy and dormant shares, median SPS."""
     run = tmp_path / "run"
     run.mkdir()
-    cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2"], check=False)
+    cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala"], check=False)
     (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
     records = [{"agent_steps": 100, "charts/episodic_return": 1000.0},
                {"agent_steps": 400, "charts/episodic_return": 3000.0},

@@ -199,7 +199,7 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
     moves every weight by 10 x lr in the sign of its gradient, and the Atari policy collapses."""
     from distrl.envs import make_vector_env
 
-    cfg = compose_train([f"agent.lr_warmup_steps={warmup_steps}"])
+    cfg = compose_train(["agent=impala", f"agent.lr_warmup_steps={warmup_steps}"])
     steps, envs = cfg.num_steps, cfg.batch_size
     torch.manual_seed(0)
     env = make_vector_env(cfg.env, envs)

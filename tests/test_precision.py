@@ -57,7 +57,7 @@ def _pong_batch(T: int = 20, B: int = 4) -> dict:
 
 
 def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
-    cfg = compose_train(["env=atari"])
+    cfg = compose_train(["env=atari", "agent=impala"])
     torch.manual_seed(0)
     policy = DistributedActorLearner((4, 84, 84), 6, cfg.model)
     with torch.no_grad():  # logits of a trained policy's size (the initial head gives ~0.01)

@@ -17,7 +17,7 @@ def test_every_is_due_once_its_interval_has_passed_since_it_last_ran():
 
 
 def test_the_position_follows_from_the_update_count_alone():
-    cfg = compose_train(["train.num_train_steps=8000", "agent.lr_warmup_steps=800"])
+    cfg = compose_train(["agent=impala", "train.num_train_steps=8000", "agent.lr_warmup_steps=800"])
     schedule = Schedule.for_run(cfg, world_size=2, frameskip=4)
     assert schedule.steps_per_update == 20 * 4 * 2  # T x B x ranks
     p = schedule.at(3)
@@ -65,9 +65,9 @@ def test_placement_sizes_a_machine_of_2_16_48_cores(cores, device, actors, threa
     monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device(device))
     p = plan(compose_train([]))
     assert (p.num_actors, p.learner_threads, p.device.type) == (actors, threads, device)
-    assert p.num_storages == 2 * actors * 16 + 4
-    assert plan(compose_train(["agent=appo", "batch_size=32"])).num_storages == actors * 16 + 32
+    assert p.num_storages == actors * 16 + 32  # APPO, B=32
     assert plan(compose_train(["agent=appo", "batch_size=8"])).num_storages == actors * 16 + 8 + 8
+    assert plan(compose_train(["agent=impala"])).num_storages == 2 * actors * 16 + 4
     if device == "cpu":
         assert not p.async_step and p.actor_cores == tuple((100 + i,) for i in range(actors))
     else:

@@ -3,8 +3,9 @@
 - :mod:`distrl.agents.vtrace`: V-trace's targets and the loss terms, as pure tensor functions;
 - :mod:`distrl.agents.base`: what every loss shares (the batch's rows, V-trace on one or two value
   heads, minibatches);
-- :mod:`distrl.agents.impala`: IMPALA's loss (``agent=impala``, the default);
-- :mod:`distrl.agents.appo`: PPO's clipped surrogate on V-trace's advantages (``agent=appo``).
+- :mod:`distrl.agents.impala`: IMPALA's loss (``agent=impala``; what the seeds' ``IMPALA`` trains);
+- :mod:`distrl.agents.appo`: PPO's clipped surrogate on V-trace's advantages (``agent=appo``, the
+  default).
 """
 
 from __future__ import annotations
