@@ -59,9 +59,10 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
     assert cfg.num_steps == 32 and cfg.batch_size == 32 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
     assert cfg.model.encoder == "nature_cnn"
-    # APPO at CleanRL PPO's Atari values (docs/atari5.md, "The Atari default")
-    assert cfg.agent.name == "appo" and cfg.agent.optimizer == "adam" and cfg.agent.lr == 0.00025
-    assert (cfg.agent.clip, cfg.agent.num_epochs, cfg.agent.num_minibatches, cfg.agent.trace_lambda) == (0.1, 4, 4, 0.95)
+    # APPO at CleanRL PPO's Atari values (docs/atari5.md, "The fourth session of screening")
+    agent = cfg.agent
+    assert agent.name == "appo" and agent.optimizer == "adam" and agent.lr == 0.00025
+    assert (agent.clip, agent.num_epochs, agent.num_minibatches, agent.trace_lambda) == (0.1, 4, 4, 0.95)
     assert cfg.agent.discount == 0.99 and cfg.agent.baseline_cost == 0.5 and cfg.agent.entropy_cost == 0.01
     impala = compose_train(["agent=impala"])  # IMPALA's loss at the sizing measured on Pong
     assert (impala.num_steps, impala.batch_size, impala.agent.lr, impala.agent.eps) == (20, 4, 0.0007, 1.25e-7)
