@@ -20,11 +20,9 @@ from distrl.config.schema import config_dir, register_configs
 REPO = Path(__file__).resolve().parent.parent
 DISTRL = [sys.executable, "-m", "distrl"]
 
-# Small but real runs: 2 actors, short unrolls, short Pong episodes. IMPALA's loss (one optimizer
-# step a batch): these runs test the engine, and APPO's 16 steps a batch made the suite 25 s slower;
-# the shared Pong run below trains the default loss, APPO.
+# Small but real runs: 2 actors, short unrolls, short Pong episodes.
 TINY_PONG = [
-    "env=atari", "agent=impala", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
+    "env=atari", "num_actors=2", "envs_per_actor=2", "num_steps=20", "batch_size=4",
     "train.num_train_steps=2000", "train.log_interval=400", "train.num_eval_episodes=1",
     "env.max_episode_steps=150", "learner_threads=1",
 ]
@@ -34,11 +32,11 @@ TINY_CARTPOLE = [
 ]
 
 
-# The shared Pong run of the suite (the ``pong_run`` fixture): APPO (the default loss) at T=20, B=4,
-# the previous action and reward as inputs, LayerNorm in the encoder, async stepping, two learners
-# on the fewest slots validation accepts (2 x 2 envs + 4 x 2), bf16 arithmetic (on any CPU), an
-# evaluation at 500 agent steps (so a best.pt) and at the end.
-PONG_RUN = [*TINY_PONG, "agent=appo", "model.last_action_reward=true", "model.layer_norm=true", "env.async_step=true",
+# The shared Pong run of the suite (the ``pong_run`` fixture): the previous action and reward as
+# inputs, LayerNorm in the encoder, async stepping, two learners on the fewest slots validation
+# accepts (2 x 2 envs + 4 x 2), bf16 arithmetic (on any CPU), an evaluation at 500 agent steps (so
+# a best.pt) and at the end.
+PONG_RUN = [*TINY_PONG, "model.last_action_reward=true", "model.layer_norm=true", "env.async_step=true",
             "num_learners=2", "num_storages=12",
             "precision=bf16",
             "train.num_train_steps=1000", "train.log_interval=400", "train.eval_interval=500"]
