@@ -15,8 +15,9 @@
                           ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (epochs of
                           minibatches, an optimizer step on the agent's loss for each, the weights
                           published to the actors' copy: ``distrl.nn.actor_learner``).
-5. ``../agents/appo.py`` (the default; or ``impala.py``) The agent's loss on a (mini)batch, on the targets of
-                          ``base.py`` (V-trace, whose tensor functions are ``vtrace.py``).
+5. ``../agents/appo.py``   The agent's loss on a (mini)batch (APPO's, the default; IMPALA's in
+                          ``impala.py``), on the targets of ``base.py`` (V-trace, whose tensor
+                          functions are ``vtrace.py``).
 
 The network these files call (``distrl.nn``: the encoder, ``actor_critic.py``) and its two copies
 (``actor_learner.py``: the actors' in shared memory, the learner's) hold no rollout. The

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 
-from distrl.agents import make_loss
+from distrl.agents import LossTerms, make_loss
 from distrl.engine.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import RolloutStorage
@@ -187,7 +187,7 @@ class Learner:
                 **intrinsic}
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
+             intrinsic_coef: float = 0.0) -> LossTerms:
         """The agent's loss on ``batch`` (a ``[T+1, B]`` batch or a minibatch of it):
         ``(total, policy, value, entropy, diagnostics)`` (:class:`distrl.agents.LossTerms`), scalar
         tensors averaged over its ``T x B`` steps.
