@@ -1,4 +1,4 @@
-"""distrl: distributed IMPALA training (Espeholt et al. 2018) configured by Hydra.
+"""distrl: distributed actor-learner training (IMPALA, Espeholt et al. 2018; APPO) configured by Hydra.
 
 The Python API, distrl's own::
 

@@ -12,7 +12,7 @@ from distrl.utils.signals import Terminated
 USAGE = """usage: distrl <command> [key=value ...] [group=option ...] [-m] [--help]
 
 commands:
-  train   IMPALA training (conf/train.yaml), e.g. distrl train env.id=ALE/Breakout-v5
+  train   actor-learner training (conf/train.yaml; agent=appo or impala), e.g. distrl train env.id=ALE/Breakout-v5
   eval    score a checkpoint (conf/eval.yaml), e.g. distrl eval ckpt=outputs/<run>/checkpoints/latest.pt
 
 'distrl train --help' lists the config groups and every key with its default."""

@@ -61,7 +61,7 @@ TICK_SECONDS = 0.25
 
 
 class DistributedTrainer(Checkpointing, Reporting, Shutdown):
-    """IMPALA training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.agents`).
+    """Actor-learner training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.agents`).
 
     Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is
     :class:`distrl.compat.hsuanwu.DistributedTrainer`, which builds this.
