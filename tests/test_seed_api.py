@@ -47,9 +47,13 @@ def test_rllte_arguments_map_to_distrl_keys_with_their_units():
         DistributedAgent("CartPole-v1", pretraining=True)
     defaults = DistributedAgent("CartPole-v1")  # unset sizes: distrl's own (auto), not rllte's 45 actors
     assert (defaults.cfg.num_actors, defaults.cfg.num_storages, defaults.cfg.num_steps) == ("auto", "auto", 16)
-    # the seeds' IMPALA trains IMPALA's loss, also where the env's preset trains another (MiniGrid: APPO)
-    assert IMPALA("MiniGrid-DoorKey-5x5-v0").cfg.agent.name == "impala"
-    assert compose_config(["experiment=minigrid"]).agent.name == "appo"
+    # the seeds' IMPALA trains IMPALA's loss with IMPALA's own values, also where the env's preset
+    # trains another agent (MiniGrid: APPO at its own lr)
+    impala_on_minigrid, impala = IMPALA("MiniGrid-DoorKey-5x5-v0").cfg, compose_config(["agent=impala"])
+    assert impala_on_minigrid.agent == impala.agent
+    assert (impala_on_minigrid.num_steps, impala_on_minigrid.batch_size) == (impala.num_steps, impala.batch_size)
+    minigrid = compose_config(["experiment=minigrid"]).agent
+    assert (minigrid.name, minigrid.lr) == ("appo", 1e-3) and compose_config([]).agent.lr == 2.5e-4
     assert IMPALA("MiniGrid-DoorKey-5x5-v0", overrides=["agent=appo"]).cfg.agent.name == "appo"
 
 
