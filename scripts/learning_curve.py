@@ -15,6 +15,16 @@ Wall-clock time starts at a run's first record; a pause longer than
 is left out. When a resumed run repeats agent steps it had logged before its
 last checkpoint, the repeated ones replace the earlier ones. The points go to
 a CSV beside the PNG: ``kind,agent_steps,hours,mean,std,runs``.
+
+To compare settings, name each with its runs (seeds) instead:
+
+    python scripts/learning_curve.py --setting none outputs/a-s1 outputs/a-s2 \
+        --setting e3b outputs/b-s1 outputs/b-s2 --out docs/doorkey8.png
+
+draws every run's own evaluations (left) and smoothed training return (right)
+against agent steps, one colour per setting, one line per run (runs stopped at
+a target end there: their curves are not averaged with the runs that go on).
+Its CSV: ``setting,run,kind,agent_steps,hours,value``.
 """
 
 from __future__ import annotations
@@ -146,9 +156,52 @@ def plot(points: list[dict], title: str, out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def compare_points(settings: list[tuple[str, list[Run]]], window: float) -> list[dict]:
+    """Every run's evaluations and smoothed training returns, labelled with its setting."""
+    points = []
+    for label, runs in settings:
+        for r in runs:
+            points += [{"setting": label, "run": r.name, "kind": "eval", "agent_steps": s, "hours": h, "value": v}
+                       for s, h, v in zip(r.eval_steps, r.eval_hours, r.eval_returns, strict=True)]
+            if len(r.train_steps):
+                smoothed = smooth(r.train_steps, r.train_returns, window)
+                points += [{"setting": label, "run": r.name, "kind": "train", "agent_steps": s, "hours": h, "value": v}
+                           for s, h, v in zip(r.train_steps, r.train_hours, smoothed, strict=True)]
+    return points
+
+
+def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, kind, name, style in ((axes[0], "eval", "eval mean return", "o-"),
+                                  (axes[1], "train", "training return (smoothed)", "-")):
+        for i, label in enumerate(labels):
+            runs = sorted({p["run"] for p in points if p["setting"] == label})
+            for j, run in enumerate(runs):
+                pts = [p for p in points if p["setting"] == label and p["run"] == run and p["kind"] == kind]
+                ax.plot([p["agent_steps"] * 1e-6 for p in pts], [p["value"] for p in pts], style,
+                        color=colours[i % len(colours)], markersize=3, alpha=0.8,
+                        label=label if j == 0 else None)
+        ax.set_title(name)
+        ax.set_xlabel("agent steps (millions)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("episode return")
+    axes[0].legend(loc="upper left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, nargs="+", help="run directories (each with metrics.jsonl)")
+    parser.add_argument("runs", type=Path, nargs="*", help="run directories (each with metrics.jsonl)")
+    parser.add_argument("--setting", nargs="+", action="append", metavar=("LABEL", "RUN"), default=[],
+                        help="a setting to compare and its run directories (repeat for each setting)")
     parser.add_argument("--out", type=Path, default=Path("learning_curve.png"), help="the PNG (the CSV goes beside it)")
     parser.add_argument("--window", type=float, default=100_000, help="smoothing window of the training return, "
                         "in agent steps")
@@ -157,22 +210,41 @@ def main() -> None:
     parser.add_argument("--title", default=None, help="default: the env id and the number of runs")
     args = parser.parse_args()
 
-    missing = [str(r) for r in args.runs if not (r / "metrics.jsonl").is_file()]
+    if bool(args.runs) == bool(args.setting):
+        parser.error("give either run directories or --setting LABEL RUN [RUN ...] (one or more)")
+    if any(len(s) < 2 for s in args.setting):
+        parser.error("--setting needs a label and at least one run directory")
+    every_run = args.runs + [Path(r) for s in args.setting for r in s[1:]]
+    missing = [str(r) for r in every_run if not (r / "metrics.jsonl").is_file()]
     if missing:
         parser.error(f"no metrics.jsonl in: {', '.join(missing)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.setting:
+        settings = [(s[0], [read_run(Path(r), args.gap_minutes) for r in s[1:]]) for s in args.setting]
+        points = compare_points(settings, args.window)
+        if not points:
+            parser.error("the runs have logged no episode returns or evaluations yet")
+        first = Path(args.setting[0][1])
+        plot_compare(points, [label for label, _ in settings], args.title or _env_id(first), args.out)
+        _write_csv(args.out.with_suffix(".csv"), points, ["setting", "run", "kind", "agent_steps", "hours", "value"])
+        print(f"wrote {args.out} and {args.out.with_suffix('.csv')}")
+        return
     runs = [read_run(r, args.gap_minutes) for r in args.runs]
     if not any(len(r.eval_steps) or len(r.train_steps) for r in runs):
         parser.error("the runs have logged no episode returns or evaluations yet")
     points = eval_points(runs) + train_points(runs, args.window)
     title = args.title or f"{_env_id(args.runs[0])}, {len(runs)} run{'s' if len(runs) > 1 else ''}"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     plot(points, title, args.out)
     csv_path = args.out.with_suffix(".csv")
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["kind", "agent_steps", "hours", "mean", "std", "runs"])
+    _write_csv(csv_path, points, ["kind", "agent_steps", "hours", "mean", "std", "runs"])
+    print(f"wrote {args.out} and {csv_path}")
+
+
+def _write_csv(path: Path, points: list[dict], fields: list[str]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(points)
-    print(f"wrote {args.out} and {csv_path}")
 
 
 def _env_id(run_dir: Path) -> str:

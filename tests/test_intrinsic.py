@@ -132,6 +132,26 @@ def test_re3_rewards_observations_with_few_neighbours_among_those_their_env_saw(
     assert raw[2, 0] == 0 and raw[2, 1] == 0
 
 
+def test_re3_with_obs_norm_pays_the_same_whatever_each_elements_scale():
+    """``intrinsic.obs_norm``: the inputs standardised per element (as rllte's RE3), so an element
+    with small values (MiniGrid's door state, 0-2) weighs as much as one with large ones (its object
+    index, 0-10): rescaling and shifting each element leaves the rewards as they were. Without it
+    they change."""
+    torch.manual_seed(0)
+    obs = torch.randn(T + 1, B, 40)
+    scale, shift = torch.rand(40) * 10 + 0.1, torch.randn(40) * 5
+    for obs_norm in (True, False):
+        rewards = []
+        for x in (obs, obs * scale + shift):
+            torch.manual_seed(1)  # the same random encoder
+            module = RE3((40,), intrinsic_cfg("re3", obs_norm=obs_norm), num_envs=B)
+            rewards.append(module.rewards(batch_of(x))[0])
+        if obs_norm:
+            torch.testing.assert_close(rewards[0], rewards[1], rtol=1e-4, atol=1e-5)
+        else:
+            assert not torch.allclose(rewards[0], rewards[1], rtol=1e-2)
+
+
 def test_re3_memory_of_another_shape_starts_empty_on_resume():
     """A checkpoint of a run with other env counts, or of the one memory all envs shared before."""
     module = RE3((40,), intrinsic_cfg("re3", memory=32), num_envs=2)
@@ -145,10 +165,11 @@ def test_re3_memory_of_another_shape_starts_empty_on_resume():
     torch.testing.assert_close(other.encoder.state_dict(), module.encoder.state_dict())
 
 
-@pytest.mark.parametrize("name", ["rnd", "re3", "e3b"])
-def test_a_module_state_resumes_exactly(name):
+@pytest.mark.parametrize("name, values", [("rnd", {}), ("re3", {}), ("re3", {"obs_norm": True}), ("e3b", {})],
+                         ids=["rnd", "re3", "re3-obs_norm", "e3b"])
+def test_a_module_state_resumes_exactly(name, values):
     torch.manual_seed(0)
-    first = make_intrinsic((40,), intrinsic_cfg(name), num_envs=B, num_actions=A)
+    first = make_intrinsic((40,), intrinsic_cfg(name, **values), num_envs=B, num_actions=A)
     batches = [{**batch_of(torch.randn(T + 1, B, 40)), "intrinsic_bonus": torch.rand(T + 1, B)} for _ in range(3)]
     for batch in batches[:2]:
         first.rewards(batch)
@@ -158,7 +179,7 @@ def test_a_module_state_resumes_exactly(name):
     saved.seek(0)
     state = torch.load(saved, weights_only=True)
     torch.manual_seed(1)
-    second = make_intrinsic((40,), intrinsic_cfg(name), num_envs=B, num_actions=A)
+    second = make_intrinsic((40,), intrinsic_cfg(name, **values), num_envs=B, num_actions=A)
     second.load_checkpoint_state(state)
     for module in (first, second):
         module.update(batches[2])

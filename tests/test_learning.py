@@ -94,6 +94,16 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
     assert all(due <= start < due + 2500 for due, start in zip((10000, 20000, 30000), starts, strict=True))
     assert float(evals[-1][3]) >= 18.0 and out.stat().st_size > 10_000
 
+    # the comparison of settings: every run's own evaluations, labelled with its setting
+    compared = tmp_path / "curve" / "compare.png"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "learning_curve.py"), "--setting", "defaults", str(run_dir),
+                    "--setting", "again", str(run_dir), "--out", str(compared)], check=True, capture_output=True)
+    rows = compared.with_suffix(".csv").read_text().splitlines()
+    assert rows[0] == "setting,run,kind,agent_steps,hours,value"
+    compared_evals = [row.split(",") for row in rows[1:] if ",eval," in row]
+    assert [e[0] for e in compared_evals] == ["defaults"] * len(evals) + ["again"] * len(evals)
+    assert float(compared_evals[len(evals) - 1][5]) == float(evals[-1][3])
+
     inspected = subprocess.run([sys.executable, str(REPO / "scripts" / "inspect_checkpoint.py"),
                                 str(run_dir / "checkpoints" / "latest.pt"), "--steps", "10"],
                                check=True, capture_output=True, text=True)

@@ -118,11 +118,21 @@ class IntrinsicReward(nn.Module):
         self.episodic = episodic
         self.cfg = cfg
         self.reward_rms = RunningMeanStd()
+        # intrinsic.obs_norm: the inputs' running mean and std per element (Burda et al. 2019, Section 2.4)
+        self.obs_rms = RunningMeanStd(self.input_shape) if cfg.obs_norm else None
         self.optimizer: torch.optim.Optimizer | None = None
 
-    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[N, *obs_shape]`` observations as the encoder's float inputs (:func:`encoder_inputs`)."""
-        return encoder_inputs(obs, self.is_image, self.newest_frame_only)
+    def inputs(self, obs: torch.Tensor, update_stats: bool = False) -> torch.Tensor:
+        """``[N, *obs_shape]`` observations as the encoder's ``float32`` inputs ``[N, *input_shape]``
+        (:func:`encoder_inputs`); with ``intrinsic.obs_norm``, standardised per element by the
+        running statistics (first updated with these observations if ``update_stats``) and clipped
+        to [-5, 5] (Burda et al. 2019, Section 2.4; an element that has not varied yet is 0)."""
+        x = encoder_inputs(obs, self.is_image, self.newest_frame_only)
+        if self.obs_rms is None:
+            return x
+        if update_stats:
+            self.obs_rms.update(x)
+        return ((x - self.obs_rms.mean.float()) / self.obs_rms.std.clamp_min(1e-8)).clamp(-5.0, 5.0)
 
     @torch.no_grad()
     def rewards(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

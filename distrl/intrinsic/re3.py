@@ -21,7 +21,9 @@ class RE3(IntrinsicReward):
     the neighbours from the agent's buffer of recent transitions; here, as in rllte's RE3, they are
     the last ``intrinsic.memory`` observations of the same environment (the unroll's own ``T``
     included), so that an observation is novel for what its own env has seen lately, not for what
-    any of the others has. Nothing is trained.
+    any of the others has. Nothing is trained. With ``intrinsic.obs_norm`` the encoder's inputs are
+    standardised per element by running statistics first, as rllte's RE3 does (``obs_norm_type="rms"``):
+    MiniGrid's object, colour and state indices then weigh alike.
 
     Args:
         num_envs: the environments whose slots the batches hold (``env_id`` in ``0..num_envs-1``);
@@ -43,7 +45,8 @@ class RE3(IntrinsicReward):
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         steps, envs = next_obs.shape[:2]
-        y = self.encoder(self.inputs(next_obs.reshape(steps * envs, *next_obs.shape[2:]))).view(steps, envs, -1)
+        inputs = self.inputs(next_obs.reshape(steps * envs, *next_obs.shape[2:]), update_stats=True)
+        y = self.encoder(inputs).view(steps, envs, -1)
         raw = torch.empty(steps, envs, device=y.device)
         for b, env in enumerate(batch["env_id"].tolist()):  # in the batch's order: a later unroll of
             seen = self.memory[env, : int(self.filled[env])]  # the same env has the earlier one in memory

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from distrl.intrinsic.base import IntrinsicReward, RunningMeanStd, feature_net, orthogonal_init
+from distrl.intrinsic.base import IntrinsicReward, feature_net, orthogonal_init
 
 
 class RND(IntrinsicReward):
@@ -16,7 +16,8 @@ class RND(IntrinsicReward):
     A fixed random target network ``f`` and a predictor ``f_hat`` trained to match it on the
     observations seen; the reward of an observation is the prediction error
     ``||f_hat(x) - f(x)||^2`` (here averaged over the ``intrinsic.embed_dim`` features), high for
-    observations unlike those seen before. ``x`` is standardised and clipped to [-5, 5]. The
+    observations unlike those seen before. ``x`` is standardised and clipped to [-5, 5]
+    (``intrinsic.obs_norm``, true in conf/intrinsic/rnd.yaml). The
     predictor has two more layers than the target (the paper's Appendix A.4) and is trained with
     Adam at ``intrinsic.lr`` on every observation of every batch.
     """
@@ -24,7 +25,6 @@ class RND(IntrinsicReward):
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
                  discount: float = 0.99, episodic: bool = False):
         super().__init__(obs_shape, cfg, newest_frame_only, discount, episodic)
-        self.obs_rms = RunningMeanStd(self.input_shape)
         self.target = feature_net(self.input_shape, cfg.embed_dim)
         self.predictor = nn.Sequential(feature_net(self.input_shape, cfg.embed_dim), nn.ReLU(),
                                        nn.Linear(cfg.embed_dim, cfg.embed_dim), nn.ReLU(),
@@ -33,16 +33,10 @@ class RND(IntrinsicReward):
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=cfg.lr)
 
-    def _standardised(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Encoder inputs standardised by the running statistics and clipped to [-5, 5] (Section 2.4)."""
-        return ((inputs - self.obs_rms.mean.float()) / self.obs_rms.std.clamp_min(1e-8)).clamp(-5.0, 5.0)
-
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         steps, envs = next_obs.shape[:2]
         next_obs = next_obs.reshape(steps * envs, *next_obs.shape[2:])
-        inputs = self.inputs(next_obs)
-        self.obs_rms.update(inputs)
-        x = self._standardised(inputs)
+        x = self.inputs(next_obs, update_stats=True)
         target = self.target(x)
         # update() trains on the same observations next: keep what it would compute again
         self._seen = (next_obs.data_ptr(), next_obs.shape[0], x, target)
@@ -56,7 +50,7 @@ class RND(IntrinsicReward):
             x, target = seen[2:]
         else:
             with torch.no_grad():
-                x = self._standardised(self.inputs(obs))
+                x = self.inputs(obs)
                 target = self.target(x)
         self._seen = None
         loss = F.mse_loss(self.predictor(x), target)
