@@ -191,7 +191,7 @@ def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -
         ax.set_xlabel("agent steps (millions)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
-    axes[0].legend(loc="upper left")
+    axes[0].legend(loc="center left", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
