@@ -21,7 +21,7 @@ To compare settings, name each with its runs (seeds) instead:
     python scripts/learning_curve.py --setting none outputs/a-s1 outputs/a-s2 \
         --setting e3b outputs/b-s1 outputs/b-s2 --out docs/doorkey8.png
 
-draws every run's own evaluations (left) and smoothed training return (right)
+draws every run's own evaluations (left) and smoothed training return (right, at 200 points)
 against agent steps, one colour per setting, one line per run (runs stopped at
 a target end there: their curves are not averaged with the runs that go on).
 Its CSV: ``setting,run,kind,agent_steps,hours,value``.
@@ -156,17 +156,21 @@ def plot(points: list[dict], title: str, out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
-def compare_points(settings: list[tuple[str, list[Run]]], window: float) -> list[dict]:
-    """Every run's evaluations and smoothed training returns, labelled with its setting."""
+def compare_points(settings: list[tuple[str, list[Run]]], window: float, num_points: int = 200) -> list[dict]:
+    """Every run's evaluations and its smoothed training return at ``num_points`` steps, labelled
+    with its setting."""
     points = []
     for label, runs in settings:
         for r in runs:
             points += [{"setting": label, "run": r.name, "kind": "eval", "agent_steps": s, "hours": h, "value": v}
                        for s, h, v in zip(r.eval_steps, r.eval_hours, r.eval_returns, strict=True)]
-            if len(r.train_steps):
+            if len(r.train_steps):  # the smoothed return at num_points steps of the run's span
                 smoothed = smooth(r.train_steps, r.train_returns, window)
-                points += [{"setting": label, "run": r.name, "kind": "train", "agent_steps": s, "hours": h, "value": v}
-                           for s, h, v in zip(r.train_steps, r.train_hours, smoothed, strict=True)]
+                grid = np.linspace(r.train_steps[0], r.train_steps[-1], num_points)
+                hours = np.interp(grid, r.train_steps, r.train_hours)
+                points += [{"setting": label, "run": r.name, "kind": "train", "agent_steps": float(s),
+                            "hours": float(h), "value": float(v)}
+                           for s, h, v in zip(grid, hours, np.interp(grid, r.train_steps, smoothed), strict=True)]
     return points
 
 
