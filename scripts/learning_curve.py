@@ -94,6 +94,13 @@ def smooth(steps: np.ndarray, values: np.ndarray, window: float) -> np.ndarray:
     return (csum[end] - csum[start]) / (end - start)
 
 
+def smoothed_on(run: Run, window: float, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run's training return smoothed over ``window`` agent steps, and its hours, at the agent
+    steps of ``grid`` (linear interpolation between its episodes)."""
+    smoothed = smooth(run.train_steps, run.train_returns, window)
+    return np.interp(grid, run.train_steps, smoothed), np.interp(grid, run.train_steps, run.train_hours)
+
+
 def eval_points(runs: list[Run]) -> list[dict]:
     """The k-th evaluation of every run that has one: mean steps and hours, mean and std of the return."""
     points = []
@@ -117,9 +124,8 @@ def train_points(runs: list[Run], window: float, num_points: int = 200) -> list[
     points = []
     curves = []
     for r in runs:
-        smoothed = smooth(r.train_steps, r.train_returns, window)
         inside = (grid >= r.train_steps[0]) & (grid <= r.train_steps[-1])
-        curves.append((inside, np.interp(grid, r.train_steps, smoothed), np.interp(grid, r.train_steps, r.train_hours)))
+        curves.append((inside, *smoothed_on(r, window, grid)))
     for i, step in enumerate(grid):
         have = [(ret[i], hrs[i]) for inside, ret, hrs in curves if inside[i]]
         if have:
@@ -129,13 +135,25 @@ def train_points(runs: list[Run], window: float, num_points: int = 200) -> list[
     return points
 
 
-def plot(points: list[dict], title: str, out: Path) -> None:
+def _figure():
+    """pyplot (the file backend) and a figure of two panels sharing the return axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    return plt, fig, axes
+
+
+def _save(fig, title: str, out: Path) -> None:
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def plot(points: list[dict], title: str, out: Path) -> None:
+    _, fig, axes = _figure()
     for ax, x_key, x_label, scale in ((axes[0], "agent_steps", "agent steps (millions)", 1e-6),
                                       (axes[1], "hours", "wall-clock hours", 1.0)):
         for kind, label, style in (("train", "training return (smoothed)", "-"), ("eval", "eval mean return", "o-")):
@@ -151,9 +169,7 @@ def plot(points: list[dict], title: str, out: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return (raw score)")
     axes[0].legend(loc="lower right")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    _save(fig, title, out)
 
 
 def compare_points(settings: list[tuple[str, list[Run]]], window: float, num_points: int = 200) -> list[dict]:
@@ -165,22 +181,16 @@ def compare_points(settings: list[tuple[str, list[Run]]], window: float, num_poi
             points += [{"setting": label, "run": r.name, "kind": "eval", "agent_steps": s, "hours": h, "value": v}
                        for s, h, v in zip(r.eval_steps, r.eval_hours, r.eval_returns, strict=True)]
             if len(r.train_steps):  # the smoothed return at num_points steps of the run's span
-                smoothed = smooth(r.train_steps, r.train_returns, window)
                 grid = np.linspace(r.train_steps[0], r.train_steps[-1], num_points)
-                hours = np.interp(grid, r.train_steps, r.train_hours)
+                returns, hours = smoothed_on(r, window, grid)
                 points += [{"setting": label, "run": r.name, "kind": "train", "agent_steps": float(s),
                             "hours": float(h), "value": float(v)}
-                           for s, h, v in zip(grid, hours, np.interp(grid, r.train_steps, smoothed), strict=True)]
+                           for s, h, v in zip(grid, hours, returns, strict=True)]
     return points
 
 
 def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    plt, fig, axes = _figure()
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, kind, name, style in ((axes[0], "eval", "eval mean return", "o-"),
                                   (axes[1], "train", "training return (smoothed)", "-")):
@@ -196,9 +206,7 @@ def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("episode return")
     axes[0].legend(loc="center left", fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    _save(fig, title, out)
 
 
 def main() -> None:

@@ -344,6 +344,7 @@ def test_pretraining_leaves_the_extrinsic_reward_out():
     (["intrinsic=e3b", "intrinsic.ridge=0"], "intrinsic.ridge"),
     (["intrinsic=e3b", "intrinsic.normalize=returns_std"], "intrinsic.normalize"),
     (["intrinsic=e3b", "intrinsic.clip=0"], "intrinsic.clip"),
+    (["intrinsic=e3b", "intrinsic.obs_norm=true"], "intrinsic.obs_norm"),
     (["train.pretraining=true"], "train.pretraining"),
 ])
 def test_intrinsic_settings_that_cannot_work_are_refused(overrides, key):

@@ -335,6 +335,8 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
            " or ".join(NORMALIZATIONS))
     _check(intrinsic.clip is None or (intrinsic.clip > 0 and math.isfinite(intrinsic.clip)), "intrinsic.clip",
            intrinsic.clip, "null or a number > 0")
+    _check(not (intrinsic.obs_norm and intrinsic.name == "e3b"), "intrinsic.obs_norm", intrinsic.obs_norm,
+           "false with e3b: its actors compute the bonus on the unstandardised inputs")
     if intrinsic.name == "re3":
         most = cfg.num_steps - 1
         _check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,
