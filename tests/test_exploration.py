@@ -73,10 +73,13 @@ def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path)
         assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
         assert done.alive_children() == []
     # Random play reaches the end in 1 episode of 70,000 (above): the runs play about 2,500 each, so
-    # 20 successful training episodes cannot be luck. rnd is run and its metrics checked, but whether
-    # it finds the end within 200k is not asserted: run this way it did in 1 of 3 tries (alone, in
-    # bf16, on 3 of 3 seeds; docs/exploration.md), and a test must not pass or fail by chance.
-    assert successes(tmp_path / "none") == 0 and max(evals(tmp_path / "none")) == 0.0
+    # 20 successful training episodes cannot be luck. An untrained policy drifts from uniform with
+    # nothing to steer it, so a lucky episode can be likelier than that: CI once saw 1 for none, its
+    # evaluations at 0. "Does not solve it" is therefore no evaluation above 0 and fewer than 5
+    # successes. rnd is run and its metrics checked, but whether it finds the end within 200k is not
+    # asserted: run this way it did in 1 of 3 tries (alone, in bf16, on 3 of 3 seeds;
+    # docs/exploration.md), and a test must not pass or fail by chance.
+    assert successes(tmp_path / "none") < 5 and max(evals(tmp_path / "none")) == 0.0
     assert successes(tmp_path / "re3") >= 20 and max(evals(tmp_path / "re3")) > 0.0
     records = [json.loads(line) for line in (tmp_path / "rnd" / "metrics.jsonl").read_text().splitlines()]
     logged = [r for r in records if "charts/intrinsic_reward" in r]
