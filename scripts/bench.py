@@ -193,12 +193,16 @@ def bench_sampling(cfg, spec, args) -> float:
 
 # ---------------------------------------------------------------- L: learner only
 def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
-    """In a process of its own, like the other figures."""
+    """In a process of its own, like the other figures; with ``--profile`` (not for the compiled
+    figure) ``torch.profiler``'s table of the updates after the measured ones is written there."""
+    profile = None if compile_model else args.profile
     return _run_workers(_learner_worker, [(OmegaConf.to_container(cfg, resolve=True), spec, compile_model,
-                                           args.warmup, args.seconds)], args.warmup + args.seconds + 600)
+                                           args.warmup, args.seconds, profile, args.profile_updates)],
+                        args.warmup + args.seconds + 600)
 
 
-def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float, out) -> None:
+def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float,
+                    profile: str | None, profile_updates: int, out) -> None:
     from distrl.engine.learner import Learner, make_optimizer
     from distrl.engine.schedule import Schedule
     from distrl.engine.storage import RolloutStorage
@@ -233,8 +237,26 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
         return steps_per_update
 
     rate = _rate(step, warmup + (30 if compile_model else 0), seconds)
+    if profile:
+        write_profile(step, profile_updates, device, Path(profile))
     storage.close()
     out.put(rate)
+
+
+def write_profile(step, updates: int, device: torch.device, path: Path) -> None:
+    """``torch.profiler`` over ``updates`` calls of ``step`` (CPU, and CUDA's kernels on a CUDA
+    device): its operators by total self time, in a text table at ``path``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(updates):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    sort_by = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    path.write_text(f"{updates} learner updates on {device}, sorted by {sort_by}\n"
+                    + prof.key_averages().table(sort_by=sort_by, row_limit=30) + "\n")
 
 
 # ---------------------------------------------------------------- T: the real command
@@ -291,6 +313,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds of E, I, S, L (interleaved, so that a machine whose speed drifts "
                              "affects every figure alike); each figure is the median of its rounds")
+    parser.add_argument("--profile", metavar="PATH",
+                        help="after L, profile --profile-updates more learner updates with torch.profiler "
+                             "and write its table of operators to PATH")
+    parser.add_argument("--profile-updates", type=int, default=5)
     parser.add_argument("--precisions", nargs="+", choices=["auto", "fp32", "bf16"],
                         help="measure every figure with each precision, back to back (e.g. fp32 bf16); "
                              "default: the precision= override, else auto")

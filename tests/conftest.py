@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
@@ -42,6 +44,24 @@ PONG_RUN = [*TINY_PONG, "model.last_action_reward=true", "model.layer_norm=true"
             "num_learners=2", "num_storages=12",
             "precision=bf16", "agent.num_epochs=2", "agent.num_minibatches=2",
             "train.num_train_steps=1000", "train.log_interval=400", "train.eval_interval=500"]
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/test_cuda.py only where torch sees a CUDA device (the header says whether)."""
+    if collection_path.name == "test_cuda.py" and not torch.cuda.is_available():
+        return True
+    return None
+
+
+def pytest_report_header(config):
+    if torch.cuda.is_available():
+        return f"CUDA tests (tests/test_cuda.py): collected, on {torch.cuda.get_device_name(0)}"
+    return "CUDA tests (tests/test_cuda.py): not collected, torch sees no CUDA device"
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    """The records of a run's ``metrics.jsonl``, one dict a line."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def compose_train(overrides: list[str]):

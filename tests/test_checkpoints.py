@@ -98,6 +98,7 @@ def test_eval_prints_episodes_and_writes_results_and_a_video(pong_run, tmp_path)
     assert results["mean_return"] == pytest.approx(sum(r for r, _ in printed) / 2)
     assert results["env_id"] == "ALE/Pong-v5" and results["agent_steps"] >= pong_run.steps
     assert results["deterministic"] is False and results["checkpoint"].endswith("latest.pt")
+    assert results["device"] == "cpu"  # eval.yaml's default
     # trained in bf16 (PONG_RUN), evaluated in fp32 as asked; without the key, as the run's evaluations were
     assert load_checkpoint(pong_run.run_dir / "checkpoints" / "latest.pt")["precision"] == "bf16"
     assert results["precision"] == "fp32" and ", fp32, checkpoint at" in done.stdout

@@ -1,0 +1,64 @@
+"""The CUDA paths through the real ``distrl`` command: the learner on ``cuda`` in fp32 and in bf16,
+``distrl eval device=cuda``, and a checkpoint written with a CUDA learner resumed and evaluated on
+the CPU.
+
+Collected only where torch sees a CUDA device (``conftest.pytest_ignore_collect``); pytest's header
+says which, so a CPU machine's run never passes them silently. On a GPU node ``make test`` runs
+them with the rest; alone: ``make test ARGS=tests/test_cuda.py``; on the device machine
+``scripts/gpu_check.sh`` runs them first.
+"""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_PONG, metrics, run_distrl
+
+from distrl.utils.checkpoint import load_checkpoint
+
+STEPS = 1600  # agent steps: 20 updates of T x B = 80, and an evaluation at 800
+CUDA_RUN = [*TINY_PONG, "device=cuda", f"train.num_train_steps={STEPS}", "train.eval_interval=800"]
+
+
+def train(run_dir: Path, overrides: list[str]):
+    done = run_distrl(["train", *overrides, f"hydra.run.dir={run_dir}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.alive_children() == []
+    return done
+
+
+def evaluate(ckpt: Path, out: Path, device: str) -> dict:
+    done = run_distrl(["eval", f"ckpt={ckpt}", "num_episodes=2", "env.max_episode_steps=100", f"device={device}",
+                       f"hydra.run.dir={out}"], timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_learner_trains_on_cuda_and_its_checkpoint_holds_fp32_weights(precision, tmp_path):
+    done = train(tmp_path, [*CUDA_RUN, f"precision={precision}"])
+    assert "learner on cuda" in done.stdout and f"precision: learner {precision} (set)" in done.stdout
+    losses = [r["losses/total"] for r in metrics(tmp_path) if "losses/total" in r]
+    assert losses and all(math.isfinite(x) for x in losses)
+    raw = torch.load(tmp_path / "checkpoints" / "latest.pt", map_location="cpu", weights_only=True)
+    assert raw["agent_steps"] >= STEPS and raw["precision"] == precision
+    assert all(v.dtype == torch.float32 for v in raw["model"].values() if v.is_floating_point())
+
+
+def test_eval_on_cuda_and_a_cuda_checkpoint_resumed_and_evaluated_on_the_cpu(tmp_path):
+    run_dir = tmp_path / "run"
+    train(run_dir, [*CUDA_RUN, "precision=fp32"])
+    ckpt = run_dir / "checkpoints" / "latest.pt"
+    on_cuda = evaluate(ckpt, tmp_path / "eval-cuda", "cuda")
+    assert on_cuda["device"].startswith("cuda") and on_cuda["n_episodes"] == 2
+
+    # the same run directory, continued with the learner on the CPU (resume=auto picks up latest.pt)
+    done = train(run_dir, [*TINY_PONG, "device=cpu", "precision=fp32", f"train.num_train_steps={2 * STEPS}"])
+    assert "learner on cpu" in done.stdout and "resumed at" in done.stdout
+    state = load_checkpoint(ckpt)
+    assert state["agent_steps"] >= 2 * STEPS
+    assert any(r["agent_steps"] > STEPS for r in metrics(run_dir) if "losses/total" in r)  # it learned on
+    on_cpu = evaluate(ckpt, tmp_path / "eval-cpu", "cpu")
+    assert on_cpu["device"] == "cpu" and on_cpu["agent_steps"] >= 2 * STEPS
