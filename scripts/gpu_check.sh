@@ -9,8 +9,8 @@
 #   gpu_util.txt nvidia-smi dmon's utilisation, one line a second, from bench to the end
 #   train.txt, perf.txt  a 75 s distrl train with the defaults, and its perf/learner_{wait,gather,
 #                step,publish}_ms, SPS and policy lag averaged from its metrics.jsonl
-# Here first: bash scripts/gpu_wheels.sh. The tree that travels must be under 64 MiB: move the carried
-# runs aside (mv outputs /tmp/outputs-aside; back after the call). Then, from the device tool:
+# Here first: bash scripts/gpu_wheels.sh. The tree that travels must be under 64 MiB: untrack the carried
+# runs for the call (git rm -r -q --cached outputs; after it, git reset -q -- outputs). Then, from the device tool:
 #   run(command="bash scripts/gpu_check.sh $(git rev-parse --short HEAD here)", carry=[".whl"], timeout_s=480)
 # On a CPU machine (to try it): OUT=/tmp/gpu_check bash scripts/gpu_check.sh (the tests are then not collected).
 set -u
