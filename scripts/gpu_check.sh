@@ -12,7 +12,8 @@
 # Here first: bash scripts/gpu_wheels.sh. The tree that travels must be under 64 MiB: untrack the carried
 # runs for the call (git rm -r -q --cached outputs; after it, git reset -q -- outputs). Then, from the device tool:
 #   run(command="bash scripts/gpu_check.sh $(git rev-parse --short HEAD here)", carry=[".whl"], timeout_s=480)
-# On a CPU machine (to try it): OUT=/tmp/gpu_check bash scripts/gpu_check.sh (the tests are then not collected).
+# To try it on a CPU machine: move .whl aside, then PY=.venv/bin/python OUT=/tmp/gpu_check bash scripts/gpu_check.sh
+# (the CUDA tests, named on its command line, then fail at once: distrl refuses device=cuda without CUDA).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
