@@ -1,13 +1,12 @@
 """The scripts in examples/ (one per seed's API), each run as a user runs it, on a small budget."""
 
 import ast
-import json
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, metrics
 
 EXAMPLES = REPO / "examples"
 
@@ -17,10 +16,6 @@ def run_example(name: str, args: list[str], cwd) -> subprocess.CompletedProcess:
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
-
-
-def metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.long

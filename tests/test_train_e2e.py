@@ -4,12 +4,11 @@ IMPALA ResNet).
 
 Each run combines settings that once hung or broke apart, so that one run checks several."""
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_CARTPOLE, TINY_PONG, compose_train, run_distrl
+from conftest import TINY_CARTPOLE, TINY_PONG, compose_train, metrics, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from distrl.engine.trainer import DistributedTrainer
@@ -20,10 +19,6 @@ def scalars(run_dir: Path) -> EventAccumulator:
     acc = EventAccumulator(str(run_dir / "tb"))
     acc.Reload()
     return acc
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def check_run(run_dir: Path, num_train_steps: int) -> None:
@@ -43,7 +38,7 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
     # one point per log, the last at the end (a second learner may finish one more update after it)
     assert steps == sorted(set(steps)) and num_train_steps <= steps[-1] <= state["agent_steps"]
 
-    logged = records(run_dir)
+    logged = metrics(run_dir)
     assert all({"agent_steps", "frames", "time"} <= set(r) for r in logged)
     # where the learner's time went, per update: every update computes and publishes, so those take time
     timed = [r for r in logged if "perf/learner_step_ms" in r]
@@ -108,7 +103,7 @@ def test_cartpole_lstm_two_learners_time_limit_and_a_linear_entropy_cost(tmp_pat
     assert counters["agent_steps"] >= steps
     check_run(tmp_path, steps)
     assert "rollout slots at shutdown" not in (tmp_path / "train.log").read_text()  # every slot came back once
-    lengths = [r["charts/episodic_length"] for r in records(tmp_path) if "charts/episodic_length" in r]
+    lengths = [r["charts/episodic_length"] for r in metrics(tmp_path) if "charts/episodic_length" in r]
     assert lengths and max(lengths) <= 30
 
     agent = load_checkpoint(tmp_path / "checkpoints" / "latest.pt")["config"]["agent"]
@@ -132,7 +127,7 @@ def test_pong_on_gymnasium_wrappers_with_the_impala_resnet(tmp_path):
     check_run(tmp_path, steps)
     state = load_checkpoint(tmp_path / "checkpoints" / "latest.pt")
     assert state["frames"] == 4 * state["agent_steps"] and state["obs_shape"] == [4, 84, 84]
-    assert any("eval/mean_return" in r for r in records(tmp_path))
+    assert any("eval/mean_return" in r for r in metrics(tmp_path))
 
 
 @pytest.mark.long
