@@ -1,14 +1,13 @@
 """Exploration: the sparse-reward diagnostic, which IMPALA solves with an intrinsic reward and not
 without, through the real ``distrl train``."""
 
-import json
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import DistrlProcess, finish_all
+from conftest import DistrlProcess, finish_all, metrics
 
 import distrl.envs  # noqa: F401  (registers the diagnostic ids)
 from distrl.envs.sparse import forward_actions
@@ -51,12 +50,12 @@ def test_the_chain_pays_only_at_its_end_and_random_play_almost_never_gets_there(
 
 def successes(run_dir: Path) -> int:
     """Training episodes that reached the end of the chain."""
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run_dir)
     return sum(r.get("charts/episodic_return", 0.0) > 0 for r in records)
 
 
 def evals(run_dir: Path) -> list[float]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run_dir)
     return [r["eval/mean_return"] for r in records if "eval/mean_return" in r]
 
 
@@ -81,7 +80,7 @@ def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path)
     # docs/exploration.md), and a test must not pass or fail by chance.
     assert successes(tmp_path / "none") < 5 and max(evals(tmp_path / "none")) == 0.0
     assert successes(tmp_path / "re3") >= 20 and max(evals(tmp_path / "re3")) > 0.0
-    records = [json.loads(line) for line in (tmp_path / "rnd" / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(tmp_path / "rnd")
     logged = [r for r in records if "charts/intrinsic_reward" in r]
     assert logged and all({"charts/intrinsic_reward_raw", "charts/intrinsic_coef", "losses/intrinsic"} <= set(r)
                           for r in logged)

@@ -5,7 +5,7 @@ import io
 
 import pytest
 import torch
-from conftest import assert_actor_holds, compose_train
+from conftest import assert_actor_holds, compose_train, metrics
 from test_learner import learner_for, on_policy_batch
 
 from distrl.config.schema import ConfigError
@@ -369,7 +369,6 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     the module, which a resume restores exactly; the extrinsic return is still logged. A fine-tuning
     run from its run directory starts from its policy weights with a fresh optimizer and counters,
     keeping the module with ``intrinsic=rnd`` and dropping it with ``intrinsic=none``."""
-    import json
 
     from distrl.engine.trainer import DistributedTrainer
     from distrl.utils.checkpoint import load_checkpoint
@@ -380,7 +379,7 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     DistributedTrainer(cfg, run, progress=False).train()
     state = load_checkpoint(run / "checkpoints" / "latest.pt")
     assert state["pretraining"] is True and {"module", "optimizer"} <= set(state["intrinsic"])
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run)
     assert any("charts/episodic_return" in r for r in records)
     assert any(r.get("charts/intrinsic_reward", 0) > 0 for r in records)
 
@@ -420,7 +419,6 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
     """``intrinsic=e3b`` in a whole run (in this process, actors in their own): the slots carry the
     actors' bonuses, the learner logs them and trains the embedding, and the actors' copy of the
     embedding is the learner's at the end."""
-    import json
 
     from distrl.engine.trainer import DistributedTrainer
 
@@ -428,7 +426,7 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
                          "train.log_interval=1000", "train.num_train_steps=4000"])
     trainer = DistributedTrainer(cfg, tmp_path, progress=False)
     trainer.train()
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(tmp_path)
     logged = [r for r in records if "charts/intrinsic_reward_raw" in r]
     assert logged and all(r["charts/intrinsic_reward_raw"] > 0 and r["losses/intrinsic"] > 0 for r in logged)
     module = trainer.intrinsic

@@ -13,7 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import REPO, run_distrl
+from conftest import REPO, metrics, run_distrl
 
 import distrl.envs  # noqa: F401  (registers the diagnostic ids)
 
@@ -67,7 +67,7 @@ def test_image_cue_memory_pays_the_first_frames_cue_and_hides_it_from_the_last_s
 
 
 def final_eval(run_dir: Path) -> float:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run_dir)
     return [r for r in records if "eval/mean_return" in r][-1]["eval/mean_return"]
 
 
@@ -147,6 +147,6 @@ def test_pong_rises_clearly_above_random_play(tmp_path):
     done = run_distrl(["train", "train.num_train_steps=2000000", "train.num_eval_episodes=0",
                        f"hydra.run.dir={run_dir}"], timeout=3300)
     assert done.returncode == 0, done.stderr[-3000:]
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run_dir)
     returns = [r["charts/episodic_return"] for r in records if "charts/episodic_return" in r]
     assert len(returns) >= 100 and np.mean(returns[-100:]) > -16.0

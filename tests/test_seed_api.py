@@ -9,7 +9,7 @@ import subprocess
 import gymnasium as gym
 import pytest
 import torch
-from conftest import DISTRL
+from conftest import DISTRL, metrics
 
 from distrl import IMPALA, DistributedActorLearner, DistributedAgent, DistributedTrainer, SimulatorDistributed
 from distrl.compat.env_objects import EnvObjectError
@@ -113,7 +113,7 @@ def test_a_subclass_update_and_loss_train_in_the_learner_and_envs_are_rebuilt_in
     counters = agent.train(num_train_steps=3000, eval_interval=100, num_eval_episodes=3)
     assert counters["agent_steps"] >= 3000 and agent.updates_seen == counters["updates"] > 0
     assert agent.l2_terms == agent.updates_seen  # one optimizer step an update
-    records = [json.loads(line) for line in (agent.run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(agent.run_dir)
     lengths = [r["charts/episodic_length"] for r in records if "charts/episodic_length" in r]
     assert lengths and max(lengths) <= 20
     assert any(r.get("losses/l2_terms", 0) > 0 for r in records)

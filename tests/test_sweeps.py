@@ -4,7 +4,6 @@ with its checkpoint."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -12,7 +11,7 @@ import signal
 import psutil
 import pytest
 import yaml
-from conftest import DistrlProcess, finish_all, run_distrl
+from conftest import DistrlProcess, finish_all, metrics, run_distrl
 
 from distrl.cli.sweeps import INTERRUPTED_MARK, claim_share
 from distrl.config.host import core_share
@@ -125,7 +124,7 @@ def test_an_optuna_study_maximises_the_final_evaluation(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     finals = []
     for trial in range(3):
-        records = [json.loads(line) for line in (sweep_dir / str(trial) / "metrics.jsonl").read_text().splitlines()]
+        records = metrics(sweep_dir / str(trial))
         finals.append([r["eval/mean_return"] for r in records if "eval/mean_return" in r][-1])
     results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert results["best_value"] == pytest.approx(max(finals))

@@ -11,6 +11,7 @@ import torch
 from conftest import TINY_CARTPOLE, TINY_PONG, compose_train, metrics, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from distrl.config.host import resolve_precision
 from distrl.engine.trainer import DistributedTrainer
 from distrl.utils.checkpoint import load_checkpoint
 
@@ -79,7 +80,8 @@ def test_pong_through_the_command(pong_run):
     assert f"run directory {run_dir}" in head
     assert "ALE/Pong-v5" in head and "2 actor(s) x 2 envs, T=20, B=4" in head and "parameters" in head
     assert "Ctrl-C stops and saves a checkpoint" in head
-    assert "precision: learner bf16 (set), actors bf16" in head  # the first lines say which arithmetic runs
+    precision, why = resolve_precision("auto", torch.device("cpu"))  # the first lines say which arithmetic runs
+    assert f"precision: learner {precision} ({why}), actors {precision}" in head
     assert "\r" not in done.stdout and "\r" not in done.stderr
     assert "step/s" not in done.stderr  # no tqdm bar
     assert sum("steps=" in line and "SPS=" in line for line in lines) >= 2  # the periodic plain lines

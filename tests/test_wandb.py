@@ -9,7 +9,7 @@ import math
 import struct
 
 import pytest
-from conftest import compose_train, run_distrl
+from conftest import compose_train, metrics, run_distrl
 
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
@@ -72,7 +72,7 @@ def test_wandb_logs_the_same_scalars_and_a_resumed_run_continues_its_wandb_run(t
     assert max(row["agent_steps"] for row in first) < min(row["agent_steps"] for row in second)
     logged = {(row["agent_steps"], key, value) for _, rows, _ in read for row in rows for key, value in row.items()
               if not key.startswith("_")}
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(run_dir)
     expected = {(r["agent_steps"], key, value) for r in records for key, value in r.items()
                 if key not in ("time",) and isinstance(value, (int, float)) and math.isfinite(value)}
     assert expected <= logged  # every scalar of metrics.jsonl (TensorBoard's names) at its agent step
