@@ -3,7 +3,6 @@ tier, torchrun, two launches at once and a lost rank."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -11,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, run_distrl
+from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, metrics, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from distrl.engine.trainer import DistributedTrainer
@@ -24,7 +23,7 @@ TWO_RANKS = [*CARTPOLE, "train.num_train_steps=5000", "train.num_eval_episodes=0
 
 
 def _episodes(run_dir) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if "charts/episodic_length" in r]
+    return [r for r in metrics(run_dir) if "charts/episodic_length" in r]
 
 
 def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
