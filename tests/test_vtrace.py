@@ -126,3 +126,19 @@ def test_on_policy_vtrace_with_a_trace_lambda_is_the_lambda_return():
         next_value = bootstrap if s == T - 1 else values[s + 1]
         target = rewards[s] + gamma * ((1 - lam) * next_value + lam * target)
         torch.testing.assert_close(got.vs[s], target, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (12, 5), (33, 4, 2)])
+def test_the_batched_recursion_is_the_loop(shape):
+    """reverse_discounted_sum's matrix of products gives the backward loop's sums (the loop is what it
+    falls back to for a large T x T x B), episode ends (factor 0) included."""
+    g = torch.Generator().manual_seed(3)
+    deltas = torch.randn(shape, generator=g)
+    factors = 0.99 * torch.rand(shape, generator=g) * (torch.rand(shape, generator=g) > 0.1)
+    want = torch.zeros(shape)
+    acc = torch.zeros(shape[1:])
+    for t in reversed(range(shape[0])):
+        acc = deltas[t] + factors[t] * acc
+        want[t] = acc
+    torch.testing.assert_close(vtrace.reverse_discounted_sum(deltas, factors), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(vtrace.reverse_discounted_sum(deltas, factors, max_elements=0), want)
