@@ -18,15 +18,8 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
-PY=${PY:-python3}
-if ls .whl/*.whl > /dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+. scripts/gpu_site.sh
+export PYTHONPATH=$SITE$PWD
 
 {
     echo "commit ${1:-not given}"; date -u

@@ -15,15 +15,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_compare}
 mkdir -p "$OUT"
-PY=${PY:-python3}
-case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac  # each figure runs in its tree
-SITE=
-if ls .whl/*.whl > /dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    SITE=/tmp/site:
-fi
-export PYTHONUNBUFFERED=1
+. scripts/gpu_site.sh
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null; echo "cores $(nproc)"
   grep -m1 'model name' /proc/cpuinfo; } | tee "$OUT/env.txt"
 for spec in "$@"; do
