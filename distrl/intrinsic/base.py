@@ -11,6 +11,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from distrl.agents.vtrace import reverse_discounted_sum
 from distrl.rollout import STEPS
 
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
@@ -164,12 +165,8 @@ class IntrinsicReward(nn.Module):
         if self.cfg.normalize == "rewards":
             self.reward_rms.update(raw[~ended])
             return self.reward_rms.std.clamp_min(1e-8)
-        returns = torch.zeros_like(raw)
-        running = torch.zeros_like(raw[0])
         keep = (~ended).float() if self.episodic else torch.ones_like(raw)
-        for t in range(raw.shape[0] - 1, -1, -1):
-            running = raw[t] + self.discount * running * keep[t]
-            returns[t] = running
+        returns = reverse_discounted_sum(raw, self.discount * keep)  # G_t = r_t + gamma keep_t G_{t+1}
         self.reward_rms.update(returns)
         return self.reward_rms.std.clamp_min(1e-8)
 
