@@ -12,21 +12,18 @@
 # Here first: bash scripts/gpu_wheels.sh. The tree that travels must be under 64 MiB: untrack the carried
 # runs for the call (git rm -r -q --cached outputs; after it, git reset -q -- outputs). Then, from the device tool:
 #   run(command="bash scripts/gpu_check.sh $(git rev-parse --short HEAD here)", carry=[".whl"], timeout_s=480)
-# To try it on a CPU machine: move .whl aside, then PY=.venv/bin/python OUT=/tmp/gpu_check bash scripts/gpu_check.sh
+# To try it on a CPU machine: move .whl aside, then PY=.venv/bin/python bash scripts/gpu_check.sh (OUT: /tmp/gpu_check)
 # (the CUDA tests, named on its command line, then fail at once: distrl refuses device=cuda without CUDA).
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_check}
-mkdir -p "$OUT"
 . scripts/gpu_site.sh
 export PYTHONPATH=$SITE$PWD
 
 {
-    echo "commit ${1:-not given}"; date -u
-    nvidia-smi 2> /dev/null || echo "no nvidia-smi"
+    echo "commit ${1:-not given}"; machine
+    nvidia-smi 2> /dev/null
     "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')"
-    echo "cores $(nproc)"; grep -m1 'model name' /proc/cpuinfo
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 

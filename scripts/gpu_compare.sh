@@ -13,11 +13,8 @@
 #       carry=[".whl", ".ab"], timeout_s=...)
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_compare}
-mkdir -p "$OUT"
 . scripts/gpu_site.sh
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null; echo "cores $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo; } | tee "$OUT/env.txt"
+machine | tee "$OUT/env.txt"
 for spec in "$@"; do
     IFS=: read -r figure name tree overrides <<< "$spec"
     root=$(cd "$tree" && pwd)

@@ -9,14 +9,11 @@
 #   run(command="bash scripts/gpu_pong.sh batch_size=128", carry=[".whl"], timeout_s=600)
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_pong}
-mkdir -p "$OUT"
 . scripts/gpu_site.sh
 export PYTHONPATH=$SITE$PWD
 RUN=/tmp/gpu_pong_run
 rm -rf "$RUN"
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2> /dev/null; echo "cores $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo; echo "overrides: $*"; } | tee "$OUT/env.txt"
+{ machine; echo "overrides: $*"; } | tee "$OUT/env.txt"
 timeout -s INT -k 30 "${LIMIT:-540}" "$PY" -m distrl train env=atari seed=2 train.num_train_steps=5000000 \
     train.eval_interval=500000 train.log_interval=50000 "$@" hydra.run.dir="$RUN" > "$OUT/train.txt" 2>&1
 echo "train exit $?"

@@ -30,14 +30,14 @@ def reverse_discounted_sum(deltas: torch.Tensor, factors: torch.Tensor,
                            max_elements: int = MATRIX_ELEMENTS) -> torch.Tensor:
     """The backward recursion ``x_s = delta_s + f_s x_{s+1}`` from ``x_T = 0``, for every ``s``:
     ``x_s = sum_{t >= s} (prod_{i=s}^{t-1} f_i) delta_t`` (Espeholt et al. 2018, eq. 1 and Remark 1,
-    with ``f_i = gamma_i c_i`` and ``delta_t = delta_t V``).
+    with ``f_i = gamma_i c_i`` and ``delta_t = delta_t V``; also the discounted return with
+    ``delta = r``, ``f = gamma``).
 
     Computed as one batched product with the upper-triangular ``T x T`` matrix of the products of
-    ``f``: a dozen tensor operations whatever ``T``, where the loop over ``t`` makes several small
-    ones per step. On a GPU the learner is bounded by launching operators, not by their arithmetic:
-    the loop was 240 of an APPO optimizer step's 651 operators at T=32, and dropping it made the
-    learner 1.21x as fast on an H200 (docs/benchmarks.md). The sums' rounding differs from the
-    loop's by about float32's epsilon. When ``T x T x B`` would exceed ``max_elements`` it loops.
+    ``f``: a dozen tensor operations whatever ``T``, where a loop over ``t`` launches several per
+    step, and a GPU learner is bounded by those launches (docs/benchmarks.md: the learner 1.21x on
+    an H200). The sums' rounding differs from the loop's by about float32's epsilon. When
+    ``T x T x (the rest)`` would exceed ``max_elements`` it loops.
 
     Args:
         deltas: ``[T, ...]`` the terms (float).
@@ -55,12 +55,11 @@ def reverse_discounted_sum(deltas: torch.Tensor, factors: torch.Tensor,
             acc = deltas[t] + factors[t] * acc
             sums[t] = acc
         return sums
-    index = torch.arange(steps, device=deltas.device)
-    upper = (index[:, None] <= index[None, :]).view(steps, steps, *[1] * (deltas.dim() - 1))  # [s, t]: t >= s
-    # cumulative[s, t] = prod_{i=s}^{t} f_i for t >= s (the factors before s count as 1)
-    cumulative = torch.where(upper, factors.unsqueeze(0), 1.0).cumprod(dim=1)
-    # weights[s, t] = prod_{i=s}^{t-1} f_i: 1 on the diagonal, 0 below it
-    weights = torch.cat([torch.ones_like(cumulative[:, :1]), cumulative[:, :-1]], dim=1) * upper
+    index = torch.arange(steps, device=deltas.device).view(steps, *[1] * deltas.dim())  # s, as [T, 1, ...]
+    later = index < index.transpose(0, 1)  # [s, t]: t > s
+    previous = torch.cat([torch.ones_like(factors[:1]), factors[:-1]])  # f_{t-1}, 1 at t = 0
+    # weights[s, t] = prod_{i=s}^{t-1} f_i for t >= s (1 at t = s), 0 for t < s
+    weights = torch.where(later, previous.unsqueeze(0), 1.0).cumprod(dim=1) * (index <= index.transpose(0, 1))
     return (weights * deltas.unsqueeze(0)).sum(dim=1)
 
 
