@@ -27,7 +27,7 @@ test: $(STAMP) ## the test suite without the long tier (3-7 minutes on 2 CPU cor
 	$(BIN)/python -m pytest $(ARGS)
 
 test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (CI runs both)
-	$(BIN)/python -m pytest -m long $(ARGS)
+	$(BIN)/python -m pytest -m long --durations=10 $(ARGS)
 
 lint: $(STAMP) ## ruff
 	$(BIN)/ruff check distrl tests scripts examples

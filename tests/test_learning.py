@@ -72,13 +72,16 @@ def final_eval(run_dir: Path) -> float:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(900)
 def test_the_atari_defaults_solve_image_cue(tmp_path):
     """The Atari model and agent defaults, through the real command: at least 90 % of the best
-    return (18 of 20) after 50k agent steps (about 1.5 minutes on 2 cores); random play scores 3.3.
+    return (18 of 20) after 50k agent steps; random play scores 3.3. The run takes about 1.5 minutes
+    on 2 cores with bf16 and 5 on an AVX2-only EPYC in fp32 (130-230 agent steps/s in CI), so the
+    guard against a hang is 14 minutes, not a speed limit.
     Its curve and its checkpoint then go through scripts/learning_curve.py and
     scripts/inspect_checkpoint.py."""
     run_dir = tmp_path / "run"
-    done = run_distrl(["train", "experiment=image_cue", f"hydra.run.dir={run_dir}"], timeout=300)
+    done = run_distrl(["train", "experiment=image_cue", f"hydra.run.dir={run_dir}"], timeout=840)
     assert done.returncode == 0, done.stderr[-3000:]
     assert final_eval(run_dir) >= 18.0
 
@@ -120,6 +123,7 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("use_lstm", [True, False], ids=["lstm", "feed-forward"])
 def test_only_the_lstm_solves_image_cue_memory(use_lstm, tmp_path):
     """The cue has left the frame stack when it pays: the LSTM reaches 0.9 of the best return (1)
@@ -128,7 +132,7 @@ def test_only_the_lstm_solves_image_cue_memory(use_lstm, tmp_path):
     run_dir = tmp_path / "run"
     done = run_distrl(["train", "experiment=image_cue_memory", f"model.use_lstm={str(use_lstm).lower()}",
                        "train.eval_interval=60000", "train.num_eval_episodes=50",
-                       f"hydra.run.dir={run_dir}"], timeout=300)
+                       f"hydra.run.dir={run_dir}"], timeout=840)
     assert done.returncode == 0, done.stderr[-3000:]
     if use_lstm:
         assert final_eval(run_dir) >= 0.9
