@@ -60,14 +60,16 @@ def evals(run_dir: Path) -> list[float]:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(900)
 def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path):
     """``experiment=sparse_chain`` for 200k agent steps (about 40 s each alone on 2 cores): with ``rnd`` and
     with ``re3`` the agent finds the reward again and again and its evaluations rise above 0; without
-    an intrinsic reward it never finds it (``rnd``: see below). The three runs go at once, in fp32 on any CPU."""
+    an intrinsic reward it never finds it (``rnd``: see below). The three runs go at once, in fp32 on any CPU:
+    253 s on an idle AVX2-only EPYC, 345 s beside two Atari runs, so the guard against a hang is 840 s."""
     procs = {name: DistrlProcess(["train", "experiment=sparse_chain", f"intrinsic={name}", "precision=fp32",
                                   f"train.num_train_steps={BUDGET}", f"hydra.run.dir={tmp_path / name}"])
              for name in ("none", "rnd", "re3")}
-    results = dict(zip(procs, finish_all(list(procs.values()), timeout=400), strict=True))
+    results = dict(zip(procs, finish_all(list(procs.values()), timeout=840), strict=True))
     for name, done in results.items():
         assert done.returncode == 0, f"{name}: {done.stderr[-3000:]}"
         assert done.alive_children() == []
