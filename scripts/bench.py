@@ -195,6 +195,7 @@ def bench_sampling(cfg, spec, args) -> float:
 def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
     """In a process of its own, like the other figures; with ``--profile`` (not for the compiled
     figure) ``torch.profiler``'s table of the updates after the measured ones is written there."""
+    compile_model = compile_model or bool(cfg.train.th_compile)  # --compile, or train.th_compile=true given
     profile = None if compile_model else args.profile
     return _run_workers(_learner_worker, [(OmegaConf.to_container(cfg, resolve=True), spec, compile_model,
                                            args.warmup, args.seconds, profile, args.profile_updates)],

@@ -8,7 +8,9 @@
 # /.ab/ in .git/info/exclude and .ab named in the call's carry). The figures run in the order given,
 # so interleave the versions. Each figure's output goes to $OUT/compare.txt, a summary line per figure
 # to the standard output; PROFILE=NAME adds torch.profiler's table of that figure's updates
-# ($OUT/profile.txt, an L figure only). Wheels in .whl/ as scripts/gpu_check.sh says.
+# ($OUT/profile.txt, an L figure only); WARMUP and MEASURE (default 4 and 12) set bench.py's --warmup and
+# --seconds (a T figure with train.th_compile=true needs a warm-up past its compiling, about a minute;
+# an L figure adds 30 s itself). Wheels in .whl/ as scripts/gpu_check.sh says.
 #   run(command="bash scripts/gpu_compare.sh L:old:.ab/old L:new:. T:old:.ab/old T:new:.",
 #       carry=[".whl", ".ab"], timeout_s=...)
 set -u
@@ -24,7 +26,7 @@ for spec in "$@"; do
     [ "${PROFILE:-}" = "$name" ] && [ "$figure" = L ] && profile=(--profile "$OUT/profile.txt")
     echo "== $figure $name ($tree ${extra[*]:-}) $(date +%T)" >> "$OUT/compare.txt"
     result=$(cd "$root" && PYTHONPATH=$SITE$root timeout -s INT -k 30 240 "$PY" scripts/bench.py env=atari \
-        --only "$figure" --seconds 12 --warmup 4 "${profile[@]}" "${extra[@]}" 2>&1 | tee -a "$OUT/compare.txt" \
+        --only "$figure" --seconds "${MEASURE:-12}" --warmup "${WARMUP:-4}" "${profile[@]}" "${extra[@]}" 2>&1 | tee -a "$OUT/compare.txt" \
         | grep -E "^\s+$figure\s" | tail -1)
     echo "$figure $name ${extra[*]:-}: ${result:-failed, see compare.txt} agent steps/s"
 done

@@ -134,8 +134,8 @@ def test_pong_on_gymnasium_wrappers_with_the_impala_resnet(tmp_path):
 
 @pytest.mark.long
 def test_cartpole_compiled(tmp_path):
-    """``train.th_compile=true``: the learner network through ``torch.compile`` (inductor; about 20 s
-    of compiling), through the real command."""
+    """``train.th_compile=true``: the learner network and the agent's loss through ``torch.compile``
+    (inductor; about 20 s of compiling), through the real command."""
     run_dir = tmp_path / "run"
     done = run_distrl(["train", *TINY_CARTPOLE, "train.th_compile=true", "train.num_train_steps=1000",
                        f"hydra.run.dir={run_dir}"], timeout=240)

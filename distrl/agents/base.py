@@ -11,10 +11,11 @@ makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from distrl.agents import vtrace
 from distrl.rollout import BOOTSTRAP, STEPS
@@ -63,12 +64,14 @@ class AgentLoss:
         pretraining: the extrinsic reward is left out (reward-free training with an intrinsic one).
 
     Attributes:
+        agent: the node's values, read once into plain Python values (``agent.clip`` as on the node),
+            so that ``torch.compile`` traces the loss without stepping into OmegaConf.
         num_epochs: passes over each batch.
         num_minibatches: minibatches each pass splits the batch into (along B, whole unrolls).
     """
 
     def __init__(self, agent: DictConfig, pretraining: bool = False):
-        self.agent = agent
+        self.agent = SimpleNamespace(**OmegaConf.to_container(agent, resolve=True))
         self.pretraining = pretraining
         self.num_epochs = int(agent.num_epochs)
         self.num_minibatches = int(agent.get("num_minibatches", 1))

@@ -63,7 +63,10 @@ class Learner:
             from :attr:`updates`.
         agent: the ``agent`` config node.
         device: the learner copy's device.
-        compile: wrap the learner network in ``torch.compile``.
+        compile: ``torch.compile`` the loss of an optimizer step, the learner network's forward
+            pass and the agent's loss together (their backward pass with them); with a
+            :attr:`hook`, its ``loss`` runs as written and calls the compiled one through
+            :meth:`loss`.
         ranks: with several ranks, gradients are averaged across them before every step
             (:mod:`distrl.engine.distributed`).
         intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
@@ -97,7 +100,7 @@ class Learner:
         # the minibatches' order (agent.num_minibatches), from the run's seed (torch.manual_seed)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.device = device
-        self.network = torch.compile(policy.learner) if compile else policy.learner
+        self._loss = self._compiled_loss(device) if compile else self._network_loss
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
@@ -193,12 +196,26 @@ class Learner:
         tensors averaged over its ``T x B`` steps.
 
         The network runs on all T+1 rows with the weights of this moment; :attr:`agent_loss`
-        (:mod:`distrl.agents`) computes the loss from its outputs.
+        (:mod:`distrl.agents`) computes the loss from its outputs. Compiled with ``compile``.
         """
+        return self._loss(batch, entropy_cost, intrinsic_coef)
+
+    def _compiled_loss(self, device: torch.device):
+        """:meth:`_network_loss` through ``torch.compile``, its two floats passed as 0-d tensors on
+        ``device``: inputs of one graph, not constants that a new value would compile again."""
+        compiled = torch.compile(self._network_loss)
+
+        def loss(batch: dict[str, torch.Tensor], entropy_cost: float, intrinsic_coef: float) -> LossTerms:
+            return compiled(batch, torch.tensor(entropy_cost, device=device),
+                            torch.tensor(intrinsic_coef, device=device))
+        return loss
+
+    def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
+                      intrinsic_coef: float | torch.Tensor) -> LossTerms:
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         with autocast(self.precision, self.device):
-            logits, values, _ = self.network(batch["obs"], batch["first"], core,  # all T+1 rows
-                                             batch.get("last_action"), batch.get("last_reward"))
+            logits, values, _ = self.policy.learner(batch["obs"], batch["first"], core,  # all T+1 rows
+                                                    batch.get("last_action"), batch.get("last_reward"))
         return self.agent_loss(batch, logits, values, entropy_cost, intrinsic_coef)
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
