@@ -204,11 +204,8 @@ class Learner:
         """:meth:`_network_loss` through ``torch.compile``, its two floats passed as 0-d tensors on
         ``device``: inputs of one graph, not constants that a new value would compile again."""
         compiled = torch.compile(self._network_loss)
-
-        def loss(batch: dict[str, torch.Tensor], entropy_cost: float, intrinsic_coef: float) -> LossTerms:
-            return compiled(batch, torch.tensor(entropy_cost, device=device),
-                            torch.tensor(intrinsic_coef, device=device))
-        return loss
+        return lambda batch, entropy_cost, intrinsic_coef: compiled(
+            batch, torch.tensor(entropy_cost, device=device), torch.tensor(intrinsic_coef, device=device))
 
     def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
                       intrinsic_coef: float | torch.Tensor) -> LossTerms:
