@@ -19,6 +19,7 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -63,10 +64,9 @@ class Learner:
             from :attr:`updates`.
         agent: the ``agent`` config node.
         device: the learner copy's device.
-        compile: ``torch.compile`` the loss of an optimizer step, the learner network's forward
-            pass and the agent's loss together (their backward pass with them); with a
-            :attr:`hook`, its ``loss`` runs as written and calls the compiled one through
-            :meth:`loss`.
+        compile: ``torch.compile`` :meth:`loss`, the learner network's forward pass and the
+            agent's loss as one graph (their backward pass with them). A :attr:`hook`'s own
+            ``loss`` is not compiled; the :meth:`loss` it may call is.
         ranks: with several ranks, gradients are averaged across them before every step
             (:mod:`distrl.engine.distributed`).
         intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
@@ -200,7 +200,7 @@ class Learner:
         """
         return self._loss(batch, entropy_cost, intrinsic_coef)
 
-    def _compiled_loss(self, device: torch.device):
+    def _compiled_loss(self, device: torch.device) -> Callable[..., LossTerms]:
         """:meth:`_network_loss` through ``torch.compile``, its two floats passed as 0-d tensors on
         ``device``: inputs of one graph, not constants that a new value would compile again."""
         compiled = torch.compile(self._network_loss)
