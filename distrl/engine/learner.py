@@ -200,7 +200,7 @@ class Learner:
         """
         return self._loss(batch, entropy_cost, intrinsic_coef)
 
-    def _compiled_loss(self, device: torch.device) -> Callable[..., LossTerms]:
+    def _compiled_loss(self, device: torch.device) -> Callable[[dict[str, torch.Tensor], float, float], LossTerms]:
         """:meth:`_network_loss` through ``torch.compile``, its two floats passed as 0-d tensors on
         ``device``: inputs of one graph, not constants that a new value would compile again."""
         compiled = torch.compile(self._network_loss)
@@ -209,6 +209,7 @@ class Learner:
 
     def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
                       intrinsic_coef: float | torch.Tensor) -> LossTerms:
+        """:meth:`loss` uncompiled; the two coefficients as floats or 0-d tensors (:meth:`_compiled_loss`)."""
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         with autocast(self.precision, self.device):
             logits, values, _ = self.policy.learner(batch["obs"], batch["first"], core,  # all T+1 rows
