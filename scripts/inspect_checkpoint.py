@@ -11,9 +11,14 @@ Prints one JSON line for the policy, then one per layer:
   percentiles of the probability of the most likely action; 1 / actions is uniform).
   A policy near uniform plays much worse with sampled actions than with greedy ones.
 - ReLU layers of the encoder: ``dead``, the share of units (channels
-  for convolutions) that output 0 on every observation, and ``feature_std``, the
+  for convolutions) that output 0 on every observation; ``dormant``, the share of
+  tau-dormant units (Sokar et al. 2023, tau 0.025: what training logs as ``dormant/``,
+  there on a learner's batch; every dead unit is dormant); and ``feature_std``, the
   mean over units of their standard deviation across observations. A network
-  whose first layer is dead does not see the game.
+  whose first layer is dead does not see the game. Both shares depend on the
+  observations: a few steps from the envs' reset show few distinct frames (Phoenix
+  at 10M, ``--steps 2``: 0.73 of the encoder's output features dormant, where
+  training logged 0.15).
 - Parameters: ``rms_grad``, the median of the optimizer's running RMS of the
   gradient per weight (RMSProp's sqrt(square_avg); Adam's bias-corrected
   sqrt(exp_avg_sq)), ``below_eps``, the share of weights where that RMS is below
@@ -37,11 +42,13 @@ from omegaconf import OmegaConf
 
 from distrl.envs import make_vector_env
 from distrl.nn.actor_critic import ActorCritic
+from distrl.nn.dormant import dormant_fractions
 from distrl.utils.checkpoint import load_checkpoint
 
 
 def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
-    """``dead`` and ``feature_std`` of every ReLU of the encoder on ``obs [N, *obs_shape]``."""
+    """``dead``, ``dormant`` and ``feature_std`` of every ReLU of the encoder on ``obs [N, *obs_shape]``."""
+    dormant = dormant_fractions(model.encoder, obs)
     outputs: dict[str, torch.Tensor] = {}
     hooks = [m.register_forward_hook(lambda _m, _i, out, name=name: outputs.__setitem__(name, out))
              for name, m in model.encoder.named_modules() if isinstance(m, torch.nn.ReLU)]
@@ -54,6 +61,7 @@ def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
         per_unit = out.transpose(0, 1).flatten(1) if out.dim() == 4 else out.T  # [units, N x positions]
         rows.append({"layer": f"encoder.{name}", "units": per_unit.shape[0],
                      "dead": round((per_unit.amax(dim=1) <= 0).float().mean().item(), 3),
+                     "dormant": round(dormant[name], 3),
                      "feature_std": round(out.std(0).mean().item(), 5)})
     return rows
 

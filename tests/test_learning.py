@@ -115,6 +115,8 @@ def test_the_atari_defaults_solve_image_cue(tmp_path):
     params = {r["param"]: r for r in rows if "param" in r}
     assert rows[0]["observations"] == 80 and "encoder.convs.1" in layers and "encoder.fc.1" in layers
     assert layers["encoder.convs.1"]["dead"] < 1.0  # a network that solved the task sees the frames
+    # Sokar et al.'s tau-dormant share, as training logs it: a unit that is always 0 is dormant too
+    assert all(r["dead"] <= r["dormant"] <= 1.0 for r in layers.values())
     assert {"encoder.convs.0.weight", "policy.weight", "baseline.weight"} <= set(params)
     assert all(0.0 <= r["step_scale"] <= 1.0 for r in params.values())
     features = rows[-1]  # the encoder's output features and the value head's weights into them
