@@ -14,11 +14,23 @@ import imageio.v2 as imageio
 import psutil
 import pytest
 import torch
-from conftest import PONG_RUN, REPO, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, metrics, run_distrl
+from conftest import (
+    PONG_RUN,
+    REPO,
+    TINY_CARTPOLE,
+    TINY_PONG,
+    DistrlProcess,
+    assert_actor_holds,
+    compose_train,
+    metrics,
+    run_distrl,
+)
 
 from distrl.cli.evaluate import evaluation_precision
+from distrl.engine.evaluator import Evaluations
 from distrl.engine.trainer import DistributedTrainer
 from distrl.utils.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
+from distrl.utils.telemetry import NullTelemetry
 
 # Written by distrl at 751cbb7 (before the learning-rate schedule was derived from the update count;
 # it holds a ``scheduler`` entry): CartPole, 1 actor x 2 envs, T=20, B=4, 800 agent steps, 10 updates.
@@ -183,6 +195,28 @@ def test_resume_from_best_continues_from_the_best_evaluation(pong_run, tmp_path)
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.counters["best_eval_return"] == state["best_eval_return"]
     assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])  # the actors start with the best weights
+
+
+def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_skip_it(tmp_path):
+    """Ctrl-C while an evaluation plays ends it unlogged (the shutdown stops it). Counted as run when
+    it started, the checkpoint's ``last_eval_step`` said it had run and the resumed run skipped that
+    point of its curve (Atari-5's DoubleDunk run lost its 7.5M evaluation so); it counts when it
+    finishes."""
+    cfg = compose_train([*TINY_CARTPOLE, "train.eval_interval=1000"])
+    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    trainer.telemetry = NullTelemetry()
+    trainer.evaluations = Evaluations(trainer.policy.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
+    trainer._evaluate_when_due(1000, done=False)
+    assert trainer.evaluations.busy and trainer.counters["last_eval_step"] == 0
+    trainer.evaluations.stop()  # as the shutdown does
+    assert trainer.counters["last_eval_step"] == 0  # what the checkpoint saved after it records
+
+    trainer.evaluations = Evaluations(trainer.policy.learner, cfg.env, 1, cfg.seed)
+    trainer._evaluate_when_due(1000, done=False)
+    trainer.evaluations.running.result()
+    trainer._evaluate_when_due(1500, done=False)  # logs it; the next one is due at 2000
+    assert trainer.counters["last_eval_step"] == 1000 and not trainer.evaluations.busy
+    trainer.evaluations.stop()
 
 
 def test_init_model_path_loads_weights_only(pong_run, tmp_path):

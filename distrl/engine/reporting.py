@@ -106,18 +106,20 @@ class Reporting:
 
 
     def _evaluate_when_due(self, steps: int, done: bool) -> None:
-        """Log an evaluation that finished; start the next one when it is due (rank 0, one at a time)."""
+        """Log an evaluation that finished; start the next one when it is due (rank 0, one at a time).
+        An evaluation counts as run (``evals.last``, the checkpoint's ``last_eval_step``) once it
+        finishes: one that a stop cuts short is run again, at once, by the resumed run."""
         finished = self.evaluations.finished()
         if finished:
             self._log_eval(*finished)
         if (not self.evaluations.busy and self.cfg.train.num_eval_episodes > 0 and self.evals.due(steps)
                 and not done and self.ranks.is_main):
-            self.evals.ran(steps)
             self.evaluations.start(self.checkpoint_state(), steps)
 
 
     def _log_eval(self, result: EvalResult, snapshot: dict, step: int) -> None:
         """Log an evaluation of ``snapshot``'s weights (taken at ``step``); a new best is saved as best.pt."""
+        self.evals.ran(step)
         if not result.returns:
             return
         self.telemetry.log({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}, step)
@@ -137,7 +139,6 @@ class Reporting:
     def _final_eval(self) -> None:
         """Evaluate the final weights (the checkpoint is already safe); the caller saves the result."""
         step = self.position.agent_steps
-        self.evals.ran(step)
         snapshot = self.checkpoint_state()
         self._log_eval(*self.evaluations.run(snapshot, step), step)
 
