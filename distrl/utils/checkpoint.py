@@ -51,7 +51,8 @@ class RunState:
     saved, and the best evaluation so far.
 
     Attributes:
-        last_eval_step, last_save_step: agent steps at the last evaluation and checkpoint.
+        last_eval_step, last_save_step: agent steps at the last finished evaluation (the step its
+            weights were taken at) and at the last checkpoint.
         best_eval_return: the best evaluation mean return so far (``-inf`` before the first).
     """
 
