@@ -210,12 +210,14 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     assert trainer.evaluations.busy and trainer.counters["last_eval_step"] == 0
     trainer.evaluations.stop()  # as the shutdown does
     assert trainer.counters["last_eval_step"] == 0  # what the checkpoint saved after it records
+    assert trainer.evals.due(1000)  # so a run resumed from it evaluates at its first tick
 
     trainer.evaluations = Evaluations(trainer.policy.learner, cfg.env, 1, cfg.seed)
     trainer._evaluate_when_due(1000, done=False)
     trainer.evaluations.running.result()
     trainer._evaluate_when_due(1500, done=False)  # logs it; the next one is due at 2000
     assert trainer.counters["last_eval_step"] == 1000 and not trainer.evaluations.busy
+    assert not trainer.evals.due(1999) and trainer.evals.due(2000)
     trainer.evaluations.stop()
 
 
