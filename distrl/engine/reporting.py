@@ -118,7 +118,8 @@ class Reporting:
 
 
     def _log_eval(self, result: EvalResult, snapshot: dict, step: int) -> None:
-        """Log an evaluation of ``snapshot``'s weights (taken at ``step``); a new best is saved as best.pt."""
+        """Count an evaluation of ``snapshot``'s weights (taken at ``step`` agent steps) as run and log
+        it; a new best is saved as best.pt."""
         self.evals.ran(step)
         if not result.returns:
             return
