@@ -1,5 +1,6 @@
 """Checkpoints you can trust: rotation and best.pt, safe loading, resume (from a checkpoint of an
-earlier version too), auto-resume, eval from the path alone, a kill in the middle of a save."""
+earlier version too), auto-resume, eval from the path alone; in the long tier, the command run
+again in its run directory (auto-resume end to end) and a kill in the middle of a save."""
 
 import json
 import os
@@ -165,7 +166,24 @@ def test_resume_with_another_optimizer_names_the_agent_to_continue_with(tmp_path
         DistributedTrainer(cfg, tmp_path, progress=False)
 
 
-def test_rerunning_in_the_same_run_dir_resumes_and_resume_false_starts_afresh(pong_run, tmp_path):
+def test_a_run_directory_with_a_checkpoint_resumes_by_default_and_resume_false_starts_afresh(pong_run, tmp_path):
+    """``resume=auto`` (the default) picks up the run directory's ``latest.pt``: counters and weights;
+    the long tier runs the command again in the directory."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(pong_run.run_dir, run_dir)
+    latest = run_dir / "checkpoints" / "latest.pt"
+    state = load_checkpoint(latest)
+    again = DistributedTrainer(compose_train(PONG_RUN), run_dir, progress=False)
+    assert again.resumed_from == latest
+    assert again.counters["agent_steps"] == state["agent_steps"] and again.counters["updates"] == state["updates"]
+    assert_actor_holds(again.policy.actor.state_dict(), state["model"])
+    again.run_lock.release()  # as train() does when it ends
+    fresh = DistributedTrainer(compose_train([*PONG_RUN, "resume=false"]), run_dir, progress=False)
+    assert fresh.resumed_from is None and fresh.counters["agent_steps"] == 0 and fresh.counters["updates"] == 0
+
+
+@pytest.mark.long
+def test_rerunning_the_command_in_its_run_dir_resumes_and_its_steps_continue(pong_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(pong_run.run_dir, run_dir)
     first = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["agent_steps"]
@@ -178,9 +196,6 @@ def test_rerunning_in_the_same_run_dir_resumes_and_resume_false_starts_afresh(po
     logged = metrics(run_dir)
     losses = [r["agent_steps"] for r in logged if "losses/total" in r]
     assert losses == sorted(losses) and losses[-1] >= first + 400  # the second run's steps continue the first's
-
-    fresh = DistributedTrainer(compose_train([*more, "resume=false"]), run_dir, progress=False)
-    assert fresh.resumed_from is None and fresh.counters["agent_steps"] == 0 and fresh.counters["updates"] == 0
 
 
 def test_resume_from_best_continues_from_the_best_evaluation(pong_run, tmp_path):
@@ -234,6 +249,7 @@ def test_init_model_path_loads_weights_only(pong_run, tmp_path):
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer.schedule.at(0).learning_rate)
 
 
+@pytest.mark.long
 def test_sigkill_during_frequent_saves_leaves_a_loadable_latest_and_nothing_in_dev_shm(tmp_path):
     before = set(os.listdir("/dev/shm"))
     run_dir = tmp_path / "run"

@@ -1,5 +1,5 @@
-"""Several ranks on loopback (gloo): the built-in launcher, resume across rank counts; in the long
-tier, torchrun, two launches at once and a lost rank."""
+"""Several ranks on loopback (gloo): resume across rank counts; in the long tier, two ranks through
+the built-in launcher, torchrun, two launches at once and a lost rank."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def _episodes(run_dir) -> list[dict]:
     return [r for r in metrics(run_dir) if "charts/episodic_length" in r]
 
 
+@pytest.mark.long
 def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     run_dir = tmp_path / "run"
     if len(os.sched_getaffinity(0)) < 2:  # one core: two ranks are refused before any process starts

@@ -3,7 +3,8 @@ real ``distrl`` command; faults inside the run go to the trainer in this process
 the same (an env of failing_env.py, a ``torch.save`` that fails).
 
 Impossible sizes and keys added with ``+`` are test_config.py's; metrics that cannot be written,
-test_logs.py's; a kill in the middle of a save, test_checkpoints.py's."""
+test_logs.py's; a kill in the middle of a save, test_checkpoints.py's. The stall watchdog (its
+timeout alone is 10 s) and the restart budget (three actor starts) are in the long tier."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def test_sigusr1_saves_and_training_goes_on_then_sigterm_stops_the_group(tmp_pat
     assert done.alive_children() == []
 
 
+@pytest.mark.long
 def test_an_env_that_always_fails_stops_after_the_restart_budget(tmp_path):
     run_dir = tmp_path / "run"
     done = run_distrl(["train", *TINY_CARTPOLE, "env.id=failing_env:FailsAfterSteps-v0",
@@ -147,6 +149,7 @@ def _train_failing(env_id: str, run_dir: Path, *overrides: str) -> DistributedTr
     return DistributedTrainer(cfg, run_dir, progress=False)
 
 
+@pytest.mark.long
 def test_a_hung_env_trips_the_stall_watchdog(tmp_path, monkeypatch):
     # the watchdog's clock starts before the actors are up: 10 s leaves a slow, busy machine time to
     # spawn them and take their first steps (4 s did not on a 2-core EPYC beside a training run)
