@@ -23,7 +23,7 @@ install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with t
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)
 
-test: $(STAMP) ## the test suite without the long tier (3-7 minutes on 2 CPU cores: docs/testing.md)
+test: $(STAMP) ## the test suite without the long tier (2.5 minutes on 2 AVX512-BF16 cores, longer on slower CPUs: docs/testing.md)
 	$(BIN)/python -m pytest $(ARGS)
 
 test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (CI runs both)
