@@ -12,7 +12,8 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
      one thread per process, in num_actors processes;
   S  sampling: the real actor processes (env, inference, storage writes) with a
      learner that only returns slots to the free queue;
-  L  learning: learner updates on full storages with no actors running (T x B per update);
+  L  learning: learner updates on full storages with no actors running (T x B per update;
+     with train.prefetch=true the next batch is copied beside each update);
   T  end to end: the real ``distrl train`` command (agent steps/s and frames/s), with
      its peak memory (sum of PSS over the process tree) and mean policy lag. With
      ``--ranks 1 2 4``: T with each number of ranks (``distributed.nproc_per_node``, the
@@ -38,6 +39,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -204,9 +206,13 @@ def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
 
 def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, seconds: float,
                     profile: str | None, profile_updates: int, out) -> None:
+    """The learner's updates on B slots of random data, gathered again for each update; with
+    ``train.prefetch=true`` through the learner thread's own :class:`BatchSource`, which copies the
+    next batch beside the update from twice B slots that a thread here puts back on the full
+    queue as soon as they are freed (so that figure also holds the queues' traffic)."""
     from distrl.engine.learner import Learner, make_optimizer
     from distrl.engine.schedule import Schedule
-    from distrl.engine.storage import RolloutStorage
+    from distrl.engine.storage import BatchSource, RolloutStorage
     from distrl.nn.actor_learner import DistributedActorLearner
     from distrl.rollout import RolloutLayout
 
@@ -222,7 +228,9 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     optimizer = make_optimizer(policy, cfg.agent)
     learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
                       precision=placement.precision)
-    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), max(cfg.batch_size, 2), mp.get_context("spawn"))
+    prefetch = bool(cfg.train.prefetch)
+    num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
+    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))
     buf = storage.buffers
     if spec.obs_dtype == np.uint8:
         buf["obs"].random_(0, 255)
@@ -232,14 +240,32 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     buf["policy_logits"].normal_()
     buf["reward"].normal_()
     indices = list(range(cfg.batch_size))
+    stop = threading.Event()
+
+    def recycle() -> None:  # the actors' part: every freed slot is full again at once
+        while not stop.is_set():
+            try:
+                storage.full_queue.put(storage.free_queue.get(timeout=0.5))
+            except queue.Empty:
+                continue
+
+    if prefetch:
+        for index in range(num_slots):
+            storage.full_queue.put(index)
+        threading.Thread(target=recycle, daemon=True).start()
+        source = BatchSource(storage, cfg.batch_size, device, stop, {}, "bench", prefetch=True)
 
     def step() -> int:
-        learner.update(storage.gather(indices, device))  # .item() of the losses synchronises CUDA
+        batch = source.next().tensors if prefetch else storage.gather(indices, device)
+        learner.update(batch)  # .item() of the losses synchronises CUDA
         return steps_per_update
 
     rate = _rate(step, warmup + (30 if compile_model else 0), seconds)
     if profile:
         write_profile(step, profile_updates, device, Path(profile))
+    stop.set()
+    if prefetch:
+        source.close()
     storage.close()
     out.put(rate)
 

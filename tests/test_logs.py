@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from distrl.engine.logs import MAX_MESSAGE_BYTES, ActorLogWriter, log_to_queue
-from distrl.engine.storage import MessageQueue
+from distrl.engine.queues import MessageQueue
 from distrl.utils.telemetry import Telemetry
 
 CTX = multiprocessing.get_context("fork")  # the child runs no torch code

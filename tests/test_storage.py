@@ -1,17 +1,20 @@
-"""The queues between the trainer and its actors, in one process and its children: what a killed
-writer leaves, how many slots a run may have, and that thousands of them come and go cleanly."""
+"""The queues between the trainer, its actors and its learner threads, in one process and its
+children: what a killed writer leaves, how many slots a run may have, that thousands of them come
+and go cleanly, and how a learner thread takes its batches from them."""
 
 import multiprocessing
 import os
 import queue
 import signal
+import threading
 import time
 
 import pytest
 import torch
 
 from distrl.config.host import max_indices
-from distrl.engine.storage import PIPE_BUF, IndexQueue, MessageQueue, RolloutStorage, SharedValue, drain
+from distrl.engine.queues import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, drain
+from distrl.engine.storage import BatchSource, RolloutStorage
 from distrl.rollout import RolloutLayout
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
@@ -81,3 +84,49 @@ def test_a_shared_value_is_seen_by_a_child():
     child.start()
     child.join()
     assert flag.is_set() and flag.value == 1
+
+
+@pytest.mark.parametrize("prefetch", [False, True], ids=["in_the_learner", "prefetched"])
+def test_a_learners_batches_are_its_full_slots_in_order_each_freed_once(prefetch):
+    """``BatchSource`` (``train.prefetch``): B slots in the order the full queue gave them, copied and
+    freed; with prefetching the next batch is copied while this one is used. A stop ends every wait,
+    and afterwards every slot is free once and no thread is left."""
+    layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32, num_actions=2)
+    storage = RolloutStorage(layout, 8, CTX)
+    for index in range(8):
+        storage.buffers["env_id"][index] = 100 + index
+    order = [5, 2, 7, 0, 3, 6]  # three batches of two, filled by actors in this order
+    assert sorted(drain(storage.free_queue)) == list(range(8))
+    for index in order:
+        storage.full_queue.put(index)
+    storage.free_queue.put(4)
+    stop = threading.Event()
+    activity: dict = {}
+    source = BatchSource(storage, 2, torch.device("cpu"), stop, activity, "learner", prefetch=prefetch)
+    batches = [source.next() for _ in range(3)]
+    assert [b.tensors["env_id"].tolist() for b in batches] == [[105, 102], [107, 100], [103, 106]]
+    assert all(b.tensors["obs"].shape == (4, 2, 2) and b.wait >= 0 and b.gather > 0 for b in batches)
+    storage.full_queue.put(1)  # half a batch: the next call waits for the other half
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    assert source.next() is None
+    assert time.monotonic() - started < 3
+    source.close()
+    assert sorted(drain(storage.free_queue)) == list(range(8))  # slot 1 too, taken and never copied
+    assert not any(t.name == "learner-prefetch" for t in threading.enumerate())
+    assert ("learner prefetch" in activity) == prefetch
+    storage.close()
+
+
+def test_a_prefetching_threads_error_is_raised_in_the_learner_thread():
+    """A slot index that no storage holds (a corrupt queue) fails the copy in the prefetching thread;
+    the learner thread's ``next`` raises it, so the run stops with the cause."""
+    layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32, num_actions=2)
+    storage = RolloutStorage(layout, 4, CTX)
+    storage.full_queue.put(99)
+    source = BatchSource(storage, 1, torch.device("cpu"), threading.Event(), {}, "learner", prefetch=True)
+    with pytest.raises(IndexError):
+        source.next()
+    source.close()
+    storage.close()
+

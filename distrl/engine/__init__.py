@@ -8,11 +8,13 @@
                           writes each env's unroll into a slot and puts the slot on the full queue
                           once it reaches row T.
 3. ``storage.py``         The slots in shared memory (their rows: ``../rollout.py``'s
-                          ``RolloutLayout``; the loss reads ``STEPS`` = 0..T-1 and ``BOOTSTRAP`` = T)
-                          and the kill-safe queues their indices travel on (with ``Channels``: the
-                          episode, error and log queues and the shared numbers of a run).
-4. ``learner.py``         ``run_learner_thread``: ``take_full_slots`` (B of them), ``get_batch`` (one
-                          ``[T+1, B]`` batch, the slots freed), ``Learner.update`` (epochs of
+                          ``RolloutLayout``; the loss reads ``STEPS`` = 0..T-1 and ``BOOTSTRAP`` = T),
+                          their indices on the kill-safe queues of ``queues.py`` (with ``Channels``:
+                          the episode, error and log queues and the shared numbers of a run), and a
+                          learner thread's ``BatchSource``: ``take_full_slots`` (B of them),
+                          ``get_batch`` (one ``[T+1, B]`` batch, the slots freed), beside the update
+                          with ``train.prefetch``.
+4. ``learner.py``         ``run_learner_thread``: the next batch, ``Learner.update`` (epochs of
                           minibatches, an optimizer step on the agent's loss for each, the weights
                           published to the actors' copy: ``distrl.nn.actor_learner``).
 5. ``../agents/appo.py``   The agent's loss on a (mini)batch (APPO's, the default; IMPALA's in

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from distrl.engine.logs import log_to_queue
-from distrl.engine.storage import NO_OWNER, PIPE_BUF, Channels, RolloutStorage
+from distrl.engine.queues import PIPE_BUF
+from distrl.engine.storage import NO_OWNER, Channels, RolloutStorage
 from distrl.envs import VectorStepper, env_seed, final_observations, make_vector_env
 from distrl.intrinsic import ActorBonus
 from distrl.nn.actor_critic import AgentState, StepInputs, final_values, step_policy

@@ -1,8 +1,9 @@
-"""The learner: take B full slots, gather a batch, learn from it, publish the weights (step 3 of the
-five files of :mod:`distrl.engine`).
+"""The learner: learn from a batch of B full slots, publish the weights (step 4 of the five files of
+:mod:`distrl.engine`).
 
-A learner thread loops over :func:`get_batch` (B full slots copied into a ``[T+1, B]`` batch, the
-slots freed) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
+A learner thread loops over :meth:`distrl.engine.storage.BatchSource.next` (B full slots copied
+into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
+the update) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
 ``agent.num_minibatches`` minibatches of whole unrolls, one optimizer step per minibatch on the
 agent's loss (:mod:`distrl.agents`: IMPALA's, or APPO's clipped surrogate, both on V-trace's
 targets computed with the network of that step), then the new weights published into the actors'
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -28,14 +28,13 @@ from omegaconf import DictConfig
 from distrl.agents import LossTerms, make_loss
 from distrl.engine.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
-from distrl.engine.storage import RolloutStorage
+from distrl.engine.storage import Batch, BatchSource, RolloutStorage
 from distrl.intrinsic import IntrinsicReward
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.nn.precision import autocast
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.5
 LOSS_NAMES = ("total", "policy", "value", "entropy", "grad_norm")
 
 
@@ -267,11 +266,14 @@ class LearnerStats:
     ``policy_lag``: learner updates between acting and learning, mean over the last batch;
     ``last``: the last update's losses (:meth:`Learner.update`);
     ``seconds``: wall time the learner threads spent, summed over threads and updates, in
-    ``wait`` (for full slots: the actors are behind), ``gather`` (copying B slots into a batch on
-    the learner's device), ``step`` (the optimizer steps: forward, V-trace, backward, clip, step)
-    and ``publish`` (the new weights to the actors), updated with :attr:`Learner.updates`;
+    ``wait`` (for full slots: the actors are behind; with ``train.prefetch``, for the prefetched
+    batch), ``gather`` (copying B slots into a batch on the learner's device; with
+    ``train.prefetch`` that runs beside the update and is not part of the learner thread's time),
+    ``step`` (the optimizer steps: forward, V-trace, backward, clip, step) and ``publish`` (the new
+    weights to the actors), updated with :attr:`Learner.updates`;
     ``nonfinite_updates``: updates skipped for a non-finite loss or gradient;
-    ``activity``: per learner thread name, what it is doing (for the stall report).
+    ``activity``: per learner thread name, what it is doing (for the stall report; a prefetching
+    thread's under ``"<name> prefetch"``).
     """
 
     last: dict = field(default_factory=dict)
@@ -286,29 +288,9 @@ class NonFiniteError(RuntimeError):
     """Too many learner updates in a row had a non-finite loss or gradient."""
 
 
-def take_full_slots(storage: RolloutStorage, held: list[int], batch_size: int, stop: threading.Event,
-                    activity: dict, name: str) -> None:
-    """Wait until ``held`` has ``batch_size`` full slot indices (or ``stop`` is set)."""
-    while len(held) < batch_size and not stop.is_set():
-        activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
-        try:
-            held.append(storage.full_queue.get(timeout=POLL_SECONDS))
-        except queue.Empty:
-            continue
-
-
-def get_batch(storage: RolloutStorage, held: list[int], device: torch.device) -> dict[str, torch.Tensor]:
-    """Copy the slots ``held`` into a ``[T+1, B]`` batch on ``device`` and free them."""
-    batch = storage.gather(held, device)
-    for index in held:
-        storage.free_queue.put(index)
-    held.clear()
-    return batch
-
-
 def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: LearnerStats, batch_size: int,
                        policy_version, stop: threading.Event, errors: list, max_nonfinite_updates: int = 10,
-                       check_interval: int = 100, exchange_interval: int = 8) -> None:
+                       check_interval: int = 100, exchange_interval: int = 8, prefetch: bool = False) -> None:
     """Loop: take ``B`` full slots, get the batch, update, until the schedule's budget of agent steps
     (``num_train_steps``) is consumed.
 
@@ -318,11 +300,12 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
     same on every rank, the weights are compared across ranks every ``check_interval`` updates and
     finished episodes go to rank 0 every ``exchange_interval`` updates; that exchange also carries
     the ranks' stop requests (:attr:`Ranks.stop_requested`), and after one every rank's thread
-    returns at the same update, as at the end of the budget.
+    returns at the same update, as at the end of the budget. ``prefetch``: the next batch is taken
+    and copied beside the update (:class:`BatchSource`).
     """
     ranks = learner.ranks
     name = threading.current_thread().name
-    held: list[int] = []
+    source = BatchSource(storage, batch_size, learner.device, stop, stats.activity, name, prefetch)
     nonfinite_in_a_row = 0
     try:
         while not stop.is_set():
@@ -333,14 +316,11 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
                 if ranks.enabled:  # every rank is here at the same update
                     _exchange(learner, stop, check=True)
                 return
-            wait_start = time.perf_counter()
-            take_full_slots(storage, held, batch_size, stop, stats.activity, name)
-            if stop.is_set():
+            batch = source.next()
+            if batch is None:
                 return
             stats.activity[name] = "updating"
-            gather_start = time.perf_counter()
-            batch = get_batch(storage, held, learner.device)
-            losses = _learn(learner, batch, stats, policy_version, stop, (wait_start, gather_start))
+            losses = _learn(learner, batch, stats, policy_version, stop)
             if ranks.enabled:
                 updates = learner.updates
                 _exchange(learner, stop, episodes=updates % exchange_interval == 0,
@@ -352,18 +332,15 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
         errors.append(exc)
         stop.set()
     finally:
-        for index in held:
-            storage.free_queue.put(index)
+        source.close()
 
 
-def _learn(learner: Learner, batch: dict, stats: LearnerStats, policy_version, stop: threading.Event,
-           started: tuple[float, float]) -> dict:
+def _learn(learner: Learner, batch: Batch, stats: LearnerStats, policy_version, stop: threading.Event) -> dict:
     """One update on ``batch``; the policy version and the stats follow it in the same moment."""
-    wait_start, gather_start = started
     start = time.perf_counter()
     with learner.lock:  # a checkpoint, and the trainer's timing, see the weights and the counter of one moment
-        lag = learner.updates - batch["policy_version"].float().mean().item()
-        losses = dict(learner.step(batch, stop))
+        lag = learner.updates - batch.tensors["policy_version"].float().mean().item()
+        losses = dict(learner.step(batch.tensors, stop))
         losses.setdefault("finite", True)
         policy_version.value = learner.position.policy_version
         publish_seconds = losses.pop("publish_seconds", 0.0)
@@ -371,8 +348,8 @@ def _learn(learner: Learner, batch: dict, stats: LearnerStats, policy_version, s
             stats.policy_lag = lag
             stats.last = {k: v for k, v in losses.items() if k != "finite"}
             seconds = stats.seconds
-            seconds["wait"] += gather_start - wait_start
-            seconds["gather"] += start - gather_start
+            seconds["wait"] += batch.wait
+            seconds["gather"] += batch.gather
             seconds["step"] += time.perf_counter() - start - publish_seconds
             seconds["publish"] += publish_seconds
     return losses

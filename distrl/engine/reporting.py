@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from distrl.engine.evaluator import EvalResult
-from distrl.engine.storage import drain
+from distrl.engine.queues import drain
 from distrl.engine.supervisor import Stalled
 from distrl.nn.dormant import dormant_fractions
 from distrl.utils import checkpoint

@@ -1,6 +1,7 @@
 """Where a rollout waits between the actor that writes it and the learner that reads it: the slots
-in shared memory, the queues of their indices, and the other queues and numbers the trainer shares
-with its actor processes (:class:`Channels`).
+in shared memory, the queues of their indices (:mod:`distrl.engine.queues`) and the other queues
+and numbers the trainer shares with its actor processes (:class:`Channels`), and how a learner
+thread takes its batches from them (:class:`BatchSource`).
 
 Slots: ``num_storages`` of them, each key one shared tensor with the slot as the leading dimension,
 allocated once; a slot's row layout is :class:`distrl.rollout.RolloutLayout`. Every slot index is
@@ -9,31 +10,12 @@ free indices, fill them and put them on the full queue; learners take ``B`` full
 batch out and put them back on the free queue. The slots an actor holds are marked with its id in
 ``owner``, so that the trainer can return them to the free queue when the actor dies
 (:meth:`RolloutStorage.release_owned`).
-
-Queues: ``multiprocessing.Queue`` is unsafe against ``SIGKILL``: a blocking ``get`` holds a lock for
-as long as it waits, ``put`` hands its item to a feeder thread that writes it later, and every lock
-is a named POSIX semaphore (a ``/dev/shm/sem.mp-*`` file). An actor killed while waiting for a free
-slot would leave the lock held and every other actor waiting forever; one killed before its feeder
-thread ran would lose the slots it had handed in; a whole process group killed leaves its
-semaphore files behind. (A queue of several thousand items also kept the process from exiting,
-its feeder thread blocked on a full pipe.)
-
-These queues are bare pipes instead. Each item is one ``write`` of at most ``PIPE_BUF`` bytes,
-which Linux makes atomic, so a killed writer leaves either the whole item or none of it, and no
-lock is ever held between system calls. Reads never block (the read end is non-blocking; waits
-are ``poll`` with a timeout), so every wait can check a stop flag. Numbers (the stop flag, the
-policy version, heartbeats) are shared tensors, written and read without a lock.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pickle
 import queue
-import select
-import struct
-import termios
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,159 +23,10 @@ from typing import Any
 
 import torch
 
-from distrl.config.host import INDEX_BYTES, pipe_max_bytes
+from distrl.engine.queues import IndexQueue, MessageQueue, SharedValue, drain
 from distrl.rollout import RolloutLayout
 
-PIPE_BUF = select.PIPE_BUF  # writes up to this size are atomic (POSIX: at least 512; Linux: 4096)
-
-
-class _Pipe:
-    def __init__(self, ctx, capacity_bytes: int):
-        # Connection objects, not bare fds: spawned children receive them as arguments.
-        self._reader, self._writer = ctx.Pipe(duplex=False)
-        if capacity_bytes > 65536:
-            try:
-                fcntl.fcntl(self._writer.fileno(), fcntl.F_SETPIPE_SZ, capacity_bytes)
-            except OSError as exc:
-                raise OSError(f"cannot size a pipe to {capacity_bytes} bytes "
-                              f"(/proc/sys/fs/pipe-max-size is {pipe_max_bytes()}): {exc}") from exc
-        os.set_blocking(self._reader.fileno(), False)  # shared by every process holding the fd
-
-    def qsize(self) -> int:
-        """Bytes waiting in the pipe."""
-        buf = fcntl.ioctl(self._reader.fileno(), termios.FIONREAD, b"\0\0\0\0")
-        return struct.unpack("i", buf)[0]
-
-    def _wait(self, deadline: float) -> bool:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        poller = select.poll()
-        poller.register(self._reader.fileno(), select.POLLIN)
-        return bool(poller.poll(remaining * 1000))
-
-    def close(self) -> None:
-        """Close this process's ends."""
-        self._reader.close()
-        self._writer.close()
-
-
-class IndexQueue(_Pipe):
-    """A queue of integers (slot indices), any number of writers and readers in any processes.
-
-    Each index is an 8-byte record; the pipe is sized to hold ``capacity`` of them, so ``put``
-    never blocks while no more than ``capacity`` indices exist.
-
-    Args:
-        capacity: the most indices that will ever be in the queue at once.
-        ctx: a ``multiprocessing`` context.
-
-    Raises:
-        OSError: the pipe cannot be made that large (see :func:`distrl.config.host.max_indices`).
-    """
-
-    def __init__(self, capacity: int, ctx):
-        super().__init__(ctx, capacity * INDEX_BYTES)
-
-    def put(self, index: int) -> None:
-        os.write(self._writer.fileno(), int(index).to_bytes(INDEX_BYTES, "little", signed=True))
-
-    def get(self, timeout: float = 0.0) -> int:
-        """The next index, waiting up to ``timeout`` seconds.
-
-        Raises:
-            queue.Empty: none arrived in time.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                record = os.read(self._reader.fileno(), INDEX_BYTES)
-            except BlockingIOError:  # empty, or another reader took the record poll announced
-                record = b""
-            if len(record) == INDEX_BYTES:
-                return int.from_bytes(record, "little", signed=True)
-            if not self._wait(deadline):
-                raise queue.Empty
-
-    def get_nowait(self) -> int:
-        return self.get(0.0)
-
-    def qsize(self) -> int:
-        """Indices waiting in the queue now."""
-        return super().qsize() // INDEX_BYTES
-
-
-class MessageQueue(_Pipe):
-    """A queue of small picklable objects, any number of writing processes, one reading process.
-
-    Args:
-        ctx: a ``multiprocessing`` context.
-        capacity_bytes: the pipe's buffer; ``put`` blocks while it is full.
-
-    ``put`` raises ``ValueError`` for an object whose pickle exceeds ``PIPE_BUF - 4`` bytes
-    (atomicity needs one write); callers keep messages short.
-    """
-
-    def __init__(self, ctx, capacity_bytes: int = 1 << 18):
-        super().__init__(ctx, min(capacity_bytes, pipe_max_bytes()))
-
-    def put(self, obj: Any) -> None:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(data) + 4 > PIPE_BUF:
-            raise ValueError(f"message of {len(data)} bytes is over the {PIPE_BUF - 4} a pipe writes atomically")
-        os.write(self._writer.fileno(), len(data).to_bytes(4, "little") + data)
-
-    def get(self, timeout: float = 0.0) -> Any:
-        """The next object, waiting up to ``timeout`` seconds (one reading process only).
-
-        Raises:
-            queue.Empty: none arrived in time.
-        """
-        deadline = time.monotonic() + timeout
-        fd = self._reader.fileno()
-        while True:
-            try:
-                header = os.read(fd, 4)
-            except BlockingIOError:
-                header = b""
-            if len(header) == 4:
-                size = int.from_bytes(header, "little")
-                data = b""
-                while len(data) < size:  # written atomically with its header: all there
-                    data += os.read(fd, size - len(data))
-                return pickle.loads(data)
-            if not self._wait(deadline):
-                raise queue.Empty
-
-    def get_nowait(self) -> Any:
-        return self.get(0.0)
-
-    def put_nowait(self, obj: Any) -> None:
-        """:meth:`put` (the name ``logging.handlers.QueueHandler`` calls)."""
-        self.put(obj)
-
-
-class SharedValue:
-    """One number in shared memory, read and written without a lock (an aligned 8-byte word):
-    the stop flag and the policy version. Unlike ``multiprocessing.Value``/``Event`` it has no
-    named semaphore to leave behind or to be held by a killed process."""
-
-    def __init__(self, value: int = 0):
-        self.tensor = torch.tensor([value], dtype=torch.int64).share_memory_()
-
-    @property
-    def value(self) -> int:
-        return int(self.tensor[0])
-
-    @value.setter
-    def value(self, value: int) -> None:
-        self.tensor[0] = value
-
-    def set(self) -> None:
-        self.tensor[0] = 1
-
-    def is_set(self) -> bool:
-        return bool(self.tensor[0])
+POLL_SECONDS = 0.5  # the longest a learner's wait goes without looking at its stop event
 
 
 @dataclass
@@ -238,16 +71,6 @@ class Channels:
 
 
 NO_OWNER = -1
-
-
-def drain(q) -> list:
-    """Take every item on queue ``q`` now (a queue of this module)."""
-    items = []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except queue.Empty:
-            return items
 
 
 class RolloutStorage:
@@ -328,3 +151,143 @@ class RolloutStorage:
         """Close this process's ends of the queues; the tensors go with the last reference."""
         for q in (self.free_queue, self.full_queue):
             q.close()
+
+
+def take_full_slots(storage: RolloutStorage, held: list[int], batch_size: int, stop: threading.Event,
+                    activity: dict, name: str) -> None:
+    """Wait until ``held`` has ``batch_size`` full slot indices (or ``stop`` is set)."""
+    while len(held) < batch_size and not stop.is_set():
+        activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
+        try:
+            held.append(storage.full_queue.get(timeout=POLL_SECONDS))
+        except queue.Empty:
+            continue
+
+
+def get_batch(storage: RolloutStorage, held: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+    """Copy the slots ``held`` into a ``[T+1, B]`` batch on ``device`` and free them."""
+    batch = storage.gather(held, device)
+    for index in held:
+        storage.free_queue.put(index)
+    held.clear()
+    return batch
+
+
+@dataclass
+class Batch:
+    """A learner's next batch (:meth:`BatchSource.next`): ``tensors`` as :func:`get_batch` gives them;
+    ``wait`` the seconds the learner thread waited for it; ``gather`` the seconds its copy took
+    (in the learner thread, or beside the previous update with prefetching)."""
+
+    tensors: dict[str, torch.Tensor]
+    wait: float
+    gather: float
+
+
+class BatchSource:
+    """A learner thread's batches: ``batch_size`` full slots taken from the full queue
+    (:func:`take_full_slots`), copied into one ``[T+1, B]`` batch on ``device`` and freed at once
+    (:func:`get_batch`).
+
+    With ``prefetch`` (``train.prefetch``) a thread of its own takes and copies the next batch while
+    the learner learns from the current one, so the copy leaves the update's critical path; a batch
+    then waits up to one update longer, and the policy lag grows by up to one update. On CUDA that
+    thread copies on a stream of its own and hands a batch over once its copy has finished. Without
+    ``prefetch``, :meth:`next` takes and copies in the caller's thread.
+
+    Args:
+        storage: the rollout storage.
+        batch_size: B, the slots of a batch.
+        device: the learner's device.
+        stop: the learner's stop event; once it is set every wait ends within ``POLL_SECONDS``.
+        activity: the stall report's map of thread name to what it is doing; the prefetching thread
+            writes under ``"<name> prefetch"``.
+        name: the learner thread's name.
+        prefetch: take and copy the next batch in a thread of its own.
+
+    Raises:
+        Whatever the prefetching thread raised, from :meth:`next` in the learner thread.
+    """
+
+    def __init__(self, storage: RolloutStorage, batch_size: int, device: torch.device, stop: threading.Event,
+                 activity: dict, name: str, prefetch: bool = False):
+        self.storage, self.batch_size, self.device, self.stop = storage, batch_size, device, stop
+        self.activity, self.name = activity, name
+        self.held: list[int] = []  # slots taken and not yet freed
+        self._closed = threading.Event()
+        self._ready: queue.Queue[Batch] = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._stream = torch.cuda.Stream(device) if prefetch and device.type == "cuda" else None
+        self._thread = None
+        if prefetch:
+            self._thread = threading.Thread(target=self._prefetch, name=f"{name}-prefetch", daemon=True)
+            self._thread.start()
+
+    def next(self) -> Batch | None:
+        """The next batch; None once ``stop`` is set.
+
+        Raises:
+            the prefetching thread's exception, if it raised one.
+        """
+        if self._thread is None:
+            return self._take_and_copy(self.name)
+        start = time.perf_counter()
+        self.activity[self.name] = "waiting for the prefetched batch"
+        while not self._stopped():
+            if self._error is not None:
+                raise self._error
+            try:
+                batch = self._ready.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                continue
+            if self._stream is not None:  # the learner's stream reads the batch the prefetch stream wrote
+                current = torch.cuda.current_stream(self.device)
+                for tensor in batch.tensors.values():
+                    tensor.record_stream(current)
+            batch.wait = time.perf_counter() - start
+            return batch
+        return None
+
+    def close(self) -> None:
+        """Stop the prefetching thread and free every slot taken and not yet copied."""
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+        for index in self.held:
+            self.storage.free_queue.put(index)
+        self.held.clear()
+
+    def _stopped(self) -> bool:
+        return self.stop.is_set() or self._closed.is_set()
+
+    def _take_and_copy(self, name: str) -> Batch | None:
+        start = time.perf_counter()
+        take_full_slots(self.storage, self.held, self.batch_size, self.stop, self.activity, name)
+        if self._stopped():
+            return None
+        copy_start = time.perf_counter()
+        self.activity[name] = "copying a batch"
+        if self._stream is None:
+            tensors = get_batch(self.storage, self.held, self.device)
+        else:
+            with torch.cuda.stream(self._stream):
+                tensors = get_batch(self.storage, self.held, self.device)
+            self._stream.synchronize()
+        return Batch(tensors, copy_start - start, time.perf_counter() - copy_start)
+
+    def _prefetch(self) -> None:
+        """The prefetching thread: take and copy batches, one ahead of the learner."""
+        name = f"{self.name} prefetch"
+        try:
+            while not self._stopped():
+                batch = self._take_and_copy(name)
+                self.activity[name] = "holding the next batch"
+                while batch is not None and not self._stopped():
+                    try:
+                        self._ready.put(batch, timeout=POLL_SECONDS)
+                        batch = None
+                    except queue.Full:
+                        continue
+        except BaseException as exc:  # raised by next() in the learner thread
+            self._error = exc
+        self.activity[name] = "stopped"

@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from distrl.engine.actor import STOP_SIGNALS, ActorContext, run_actor
 from distrl.engine.distributed import CollectiveFailed
 from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
-from distrl.engine.storage import Channels, RolloutStorage, drain
+from distrl.engine.queues import drain
+from distrl.engine.storage import Channels, RolloutStorage
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,10 @@ class Workers:
         self.causes: dict[int, str] = {}  # actor id -> the last line of its exception
 
     def start(self, actor_contexts: list[ActorContext], num_learners: int, batch_size: int,
-              max_nonfinite_updates: int = 10, check_interval: int = 100) -> None:
+              max_nonfinite_updates: int = 10, check_interval: int = 100, prefetch: bool = False) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
-        when the learner's schedule has consumed its budget of agent steps."""
+        when the learner's schedule has consumed its budget of agent steps (``prefetch``: each
+        copies its next batch beside its update, :class:`distrl.engine.learner.BatchSource`)."""
         self.contexts = list(actor_contexts)
         for actor_id, ctx in enumerate(self.contexts):
             self.actors.append(self._spawn(actor_id, ctx))
@@ -102,7 +104,8 @@ class Workers:
                 kwargs=dict(storage=self.storage, stats=self.stats, batch_size=batch_size,
                             policy_version=self.channels.policy_version,
                             stop=self.learner_stop, errors=self.learner_errors,
-                            max_nonfinite_updates=max_nonfinite_updates, check_interval=check_interval),
+                            max_nonfinite_updates=max_nonfinite_updates, check_interval=check_interval,
+                            prefetch=prefetch),
             )
             thread.start()
             self.learner_threads.append(thread)
@@ -180,6 +183,8 @@ class Workers:
         for thread in self.learner_threads:
             what = self.stats.activity.get(thread.name, "not started")
             lines.append(f"{thread.name}: {'alive' if thread.is_alive() else 'stopped'}, {what}")
+            if f"{thread.name} prefetch" in self.stats.activity:
+                lines.append(f"{thread.name}'s prefetching thread: {self.stats.activity[f'{thread.name} prefetch']}")
         return lines
 
     def stop(self, learners_finish: float = 0.0) -> list[int]:

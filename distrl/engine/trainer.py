@@ -235,7 +235,7 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
             contexts = actor_contexts(cfg, p, self.policy.actor, storage, self.channels, first_actor=first_actor,
                                       bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
             self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.max_nonfinite_updates,
-                               cfg.distributed.check_interval)
+                               cfg.distributed.check_interval, train.prefetch)
             self._schedule()
             outcome = "done"
         except (KeyboardInterrupt, SystemExit) as stop:  # SystemExit: e.g. submitit's, at a SLURM time limit
