@@ -206,7 +206,7 @@ class BatchSource:
         prefetch: take and copy the next batch in a thread of its own.
 
     Raises:
-        Whatever the prefetching thread raised, from :meth:`next` in the learner thread.
+        Exception: whatever the prefetching thread raised, from :meth:`next` in the learner thread.
     """
 
     def __init__(self, storage: RolloutStorage, batch_size: int, device: torch.device, stop: threading.Event,
@@ -227,7 +227,7 @@ class BatchSource:
         """The next batch; None once ``stop`` is set.
 
         Raises:
-            the prefetching thread's exception, if it raised one.
+            Exception: the prefetching thread's exception, if it raised one.
         """
         if self._thread is None:
             return self._take_and_copy(self.name)
