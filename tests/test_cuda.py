@@ -1,6 +1,6 @@
 """The CUDA paths through the real ``distrl`` command: the learner on ``cuda`` in fp32 and in bf16,
 ``distrl eval device=cuda``, and a checkpoint written with a CUDA learner resumed and evaluated on
-the CPU.
+the CPU; in this process, batches prefetched to CUDA (``train.prefetch``).
 
 Collected only where torch sees a CUDA device (``conftest.pytest_ignore_collect``); pytest's header
 says which, so a CPU machine's run never passes them silently. On a GPU node ``make test`` runs
@@ -10,12 +10,17 @@ them with the rest; alone: ``make test ARGS=tests/test_cuda.py``; on the device 
 
 import json
 import math
+import multiprocessing
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import TINY_PONG, metrics, run_distrl
 
+from distrl.engine.queues import drain
+from distrl.engine.storage import BatchSource, RolloutStorage
+from distrl.rollout import RolloutLayout
 from distrl.utils.checkpoint import load_checkpoint
 
 STEPS = 1600  # agent steps: 20 updates of T x B = 80, and an evaluation at 800
@@ -62,3 +67,27 @@ def test_eval_on_cuda_and_a_cuda_checkpoint_resumed_and_evaluated_on_the_cpu(tmp
     assert any(r["agent_steps"] > STEPS for r in metrics(run_dir) if "losses/total" in r)  # it learned on
     on_cpu = evaluate(ckpt, tmp_path / "eval-cpu", "cpu")
     assert on_cpu["device"] == "cpu" and on_cpu["agent_steps"] >= 2 * STEPS
+
+
+def test_prefetched_batches_on_cuda_hold_the_slots_the_learner_took():
+    """``train.prefetch`` on CUDA: the prefetching thread copies on a stream of its own; the batch
+    the learner thread gets equals the slots' contents, and stays so while that stream copies the
+    next batch into fresh memory."""
+    layout = RolloutLayout(num_steps=31, obs_shape=(4, 84, 84), obs_dtype=torch.uint8, num_actions=6)
+    storage = RolloutStorage(layout, 8, multiprocessing.get_context("fork"))
+    storage.buffers["obs"].random_(0, 255)
+    drain(storage.free_queue)
+    for index in range(8):
+        storage.full_queue.put(index)
+    stop = threading.Event()
+    source = BatchSource(storage, 2, torch.device("cuda"), stop, {}, "learner", prefetch=True)
+    for first in range(0, 8, 2):
+        batch = source.next().tensors
+        assert batch["obs"].is_cuda
+        expected = storage.buffers["obs"][[first, first + 1]].transpose(0, 1)
+        assert torch.equal(batch["obs"].cpu(), expected)
+        storage.buffers["obs"][first].zero_()  # the slot is free again: an actor would overwrite it
+        assert torch.equal(batch["obs"].cpu(), expected)  # the copy is the batch's own
+    stop.set()
+    source.close()
+    storage.close()
