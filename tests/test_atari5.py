@@ -112,7 +112,8 @@ def test_a_run_short_of_the_budget_is_marked_and_a_foreign_game_refused(tmp_path
 
 def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant_shares(tmp_path):
     """scripts/screening.py on a run directory as distrl writes one: episodes averaged per window
-    (a window without an episode says n/a), the last eval, entropy and dormant shares, median SPS."""
+    (a window without an episode says n/a), the last eval, entropy and dormant shares, median SPS;
+    the candidate names ``model.layer_norm`` when it is set."""
     run = tmp_path / "run"
     run.mkdir()
     cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala"], check=False)
@@ -129,3 +130,9 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     row = out.splitlines()[-1]
     assert row == ("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 | 2 | 0.00M | 2,000 / n/a / 7,000 | 4,000 | 2.00 "
                    "| convs.1 0.30, fc.1 0.50 | 1,000 |")
+
+    cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala", "model.layer_norm=true"], check=False)
+    (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1].startswith("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 layer_norm | 2 |")
