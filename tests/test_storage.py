@@ -115,6 +115,14 @@ def test_a_learners_batches_are_its_full_slots_in_order_each_freed_once(prefetch
     assert sorted(drain(storage.free_queue)) == list(range(8))  # slot 1 too, taken and never copied
     assert not any(t.name == "learner-prefetch" for t in threading.enumerate())
     assert ("learner prefetch" in activity) == prefetch
+
+    # closed with the stop event clear (the learner's budget is consumed), no full slot coming
+    source = BatchSource(storage, 2, torch.device("cpu"), threading.Event(), activity, "learner", prefetch=prefetch)
+    closing = threading.Thread(target=source.close, daemon=True)
+    closing.start()
+    closing.join(timeout=3)
+    assert not closing.is_alive()
+    assert not any(t.name == "learner-prefetch" for t in threading.enumerate())
     storage.close()
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,10 +153,10 @@ class RolloutStorage:
             q.close()
 
 
-def take_full_slots(storage: RolloutStorage, held: list[int], batch_size: int, stop: threading.Event,
+def take_full_slots(storage: RolloutStorage, held: list[int], batch_size: int, stopped: Callable[[], bool],
                     activity: dict, name: str) -> None:
-    """Wait until ``held`` has ``batch_size`` full slot indices (or ``stop`` is set)."""
-    while len(held) < batch_size and not stop.is_set():
+    """Wait until ``held`` has ``batch_size`` full slot indices (or ``stopped()`` is true)."""
+    while len(held) < batch_size and not stopped():
         activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
         try:
             held.append(storage.full_queue.get(timeout=POLL_SECONDS))
@@ -249,7 +249,8 @@ class BatchSource:
         return None
 
     def close(self) -> None:
-        """Stop the prefetching thread and free every slot taken and not yet copied."""
+        """Stop the prefetching thread (within ``POLL_SECONDS``, ``stop`` set or not) and free every
+        slot taken and not yet copied."""
         self._closed.set()
         if self._thread is not None:
             self._thread.join()
@@ -262,7 +263,7 @@ class BatchSource:
 
     def _take_and_copy(self, name: str) -> Batch | None:
         start = time.perf_counter()
-        take_full_slots(self.storage, self.held, self.batch_size, self.stop, self.activity, name)
+        take_full_slots(self.storage, self.held, self.batch_size, self._stopped, self.activity, name)
         if self._stopped():
             return None
         copy_start = time.perf_counter()
