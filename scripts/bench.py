@@ -227,7 +227,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     steps_per_update = schedule.steps_per_update
     optimizer = make_optimizer(policy, cfg.agent)
     learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
-                      precision=placement.precision)
+                      precision=placement.precision, compile_mode=cfg.train.compile_mode)
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))

@@ -156,6 +156,8 @@ BAD = [
     (["train.stall_timeout=0"], "train.stall_timeout"),
     (["train.max_actor_restarts=-1"], "train.max_actor_restarts"),
     (["train.max_nonfinite_updates=0"], "train.max_nonfinite_updates"),
+    (["train.th_compile=true", "train.compile_mode=fast"], "train.compile_mode"),
+    (["train.compile_mode=reduce-overhead"], "train.compile_mode"),  # without th_compile it would do nothing
     (["distributed.nproc_per_node=100000"], "distributed.nproc_per_node"),
     (["distributed.nproc_per_node=2", "num_learners=2"], "num_learners"),
     (["distributed.backend=mpi"], "distributed.backend"),

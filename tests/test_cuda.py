@@ -1,6 +1,7 @@
 """The CUDA paths through the real ``distrl`` command: the learner on ``cuda`` in fp32 and in bf16,
 ``distrl eval device=cuda``, and a checkpoint written with a CUDA learner resumed and evaluated on
-the CPU; in this process, batches prefetched to CUDA (``train.prefetch``).
+the CPU; in this process, batches prefetched to CUDA (``train.prefetch``) and the compiled update
+replayed as CUDA graphs (``train.compile_mode=reduce-overhead``).
 
 Collected only where torch sees a CUDA device (``conftest.pytest_ignore_collect``); pytest's header
 says which, so a CPU machine's run never passes them silently. On a GPU node ``make test`` runs
@@ -8,6 +9,7 @@ them with the rest; alone: ``make test ARGS=tests/test_cuda.py``; on the device 
 ``scripts/gpu_check.sh`` runs them first.
 """
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -16,10 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_PONG, metrics, run_distrl
+from conftest import TINY_PONG, compose_train, metrics, run_distrl
 
+from distrl.engine.learner import Learner, make_optimizer
 from distrl.engine.queues import drain
+from distrl.engine.schedule import Schedule
 from distrl.engine.storage import BatchSource, RolloutStorage
+from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.utils.checkpoint import load_checkpoint
 
@@ -91,3 +96,50 @@ def test_prefetched_batches_on_cuda_hold_the_slots_the_learner_took():
     stop.set()
     source.close()
     storage.close()
+
+
+def test_the_compiled_update_as_cuda_graphs_steps_as_eager_does():
+    """``train.th_compile=true train.compile_mode=reduce-overhead``: on CUDA the network and APPO's
+    loss, forward and backward, are replayed as CUDA graphs (none skipped), and two updates of 2 x 2
+    optimizer steps report eager's losses and leave eager's weights, to float32's rounding."""
+    from torch._dynamo.utils import counters
+
+    cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.num_minibatches=2", "agent.num_epochs=2"])
+    cfg.train.num_train_steps = 10**9
+    device = torch.device("cuda")
+    steps, envs = 8, 4
+
+    def build(compile: bool) -> tuple[Learner, DistributedActorLearner]:
+        torch.manual_seed(0)
+        policy = DistributedActorLearner((4,), 2, cfg.model).to(device)
+        policy.freeze()
+        schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=steps * envs)
+        return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, device, compile=compile,
+                       compile_mode="reduce-overhead"), policy
+
+    def batch(policy: DistributedActorLearner, seed: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        obs = torch.randn(steps + 1, envs, 4, generator=g).to(device)
+        first = torch.zeros(steps + 1, envs, dtype=torch.bool, device=device)
+        with torch.no_grad():
+            logits, values, _ = policy.learner(obs, first)
+        zeros = torch.zeros(steps + 1, envs, dtype=torch.bool, device=device)
+        action = torch.randint(0, 2, (steps + 1, envs), generator=g).to(device)
+        reward = torch.rand(steps + 1, envs, generator=g).to(device)
+        return {"obs": obs, "first": first, "action": action, "policy_logits": logits, "baseline": values,
+                "reward": reward, "terminated": zeros, "truncated": zeros,
+                "truncation_value": torch.zeros(steps + 1, envs, device=device),
+                "policy_version": torch.zeros(envs, dtype=torch.int64, device=device)}
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled, compiled_policy = build(True)
+    eager, eager_policy = build(False)
+    for seed in range(2):
+        data = batch(eager_policy, seed)
+        expected, got = eager.update(data), compiled.update(data)
+        for name in ("total", "policy", "value", "entropy", "grad_norm"):
+            assert got[name] == pytest.approx(expected[name], rel=1e-4, abs=1e-5), (seed, name)
+    for p, q in zip(compiled_policy.learner.parameters(), eager_policy.learner.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+    assert counters["inductor"]["cudagraph_skips"] == 0

@@ -235,11 +235,13 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
 
 
 @pytest.mark.long
-def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager_does():
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager_does(mode):
     """``train.th_compile=true``: the learner network and APPO's loss compile into one graph (no
     graph break, since the loss reads its config as plain values), whose update reports eager's
     losses and leaves eager's weights, to float32's rounding; another entropy cost is no new graph.
-    About 20 s of compiling on 2 cores."""
+    In either ``train.compile_mode`` (on the CPU ``reduce-overhead`` has no CUDA graphs to make:
+    tests/test_cuda.py checks them). About 20 s of compiling on 2 cores each."""
     from torch._dynamo.utils import counters
 
     def build(compile: bool) -> tuple[Learner, DistributedActorLearner]:
@@ -250,7 +252,7 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
         policy.freeze()
         schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
         return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
-                       compile=compile), policy
+                       compile=compile, compile_mode=mode), policy
 
     torch._dynamo.reset()
     counters.clear()

@@ -132,6 +132,7 @@ class TrainBlock:
     num_eval_episodes: int = MISSING
     keep_checkpoints: int = MISSING
     th_compile: bool = MISSING
+    compile_mode: str = MISSING  # torch.compile's mode: default | reduce-overhead | max-autotune
     prefetch: bool = MISSING  # the next batch copied beside the update
     stall_timeout: float = MISSING  # seconds
     max_actor_restarts: int = MISSING

@@ -31,6 +31,7 @@ INIT_FNS = ("orthogonal", "xavier_uniform", "default")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes (train.compile_mode)
 
 
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
@@ -246,6 +247,10 @@ def _validate_run(cfg: DictConfig) -> None:
     value = cfg.train.num_eval_episodes
     _check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
     _positive_int(cfg, "train.max_nonfinite_updates")
+    mode = cfg.train.compile_mode
+    _check(mode in COMPILE_MODES, "train.compile_mode", mode, ", ".join(COMPILE_MODES))
+    _check(mode == "default" or cfg.train.th_compile, "train.compile_mode", mode,
+           "default, unless train.th_compile=true (the mode is torch.compile's)")
     value = cfg.train.max_actor_restarts
     _check(isinstance(value, int) and value >= 0, "train.max_actor_restarts", value, "must be an integer >= 0")
     for key in ("stall_timeout", "actor_restart_window"):

@@ -66,6 +66,9 @@ class Learner:
         compile: ``torch.compile`` :meth:`loss`, the learner network's forward pass and the
             agent's loss as one graph (their backward pass with them). A :attr:`hook`'s own
             ``loss`` is not compiled; the :meth:`loss` it may call is.
+        compile_mode: ``torch.compile``'s ``mode`` with ``compile``: ``default``,
+            ``reduce-overhead`` (the forward and backward graphs replayed as CUDA graphs on a GPU:
+            one launch for each instead of one per operator) or ``max-autotune``.
         ranks: with several ranks, gradients are averaged across them before every step
             (:mod:`distrl.engine.distributed`).
         intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
@@ -87,7 +90,8 @@ class Learner:
 
     def __init__(self, policy: DistributedActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
                  agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None,
-                 intrinsic: IntrinsicReward | None = None, pretraining: bool = False, precision: str = "fp32"):
+                 intrinsic: IntrinsicReward | None = None, pretraining: bool = False, precision: str = "fp32",
+                 compile_mode: str = "default"):
         self.policy = policy
         self.precision = precision
         self.intrinsic = intrinsic
@@ -99,7 +103,7 @@ class Learner:
         # the minibatches' order (agent.num_minibatches), from the run's seed (torch.manual_seed)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.device = device
-        self._loss = self._compiled_loss(device) if compile else self._network_loss
+        self._loss = self._compiled_loss(device, compile_mode) if compile else self._network_loss
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
@@ -199,12 +203,22 @@ class Learner:
         """
         return self._loss(batch, entropy_cost, intrinsic_coef)
 
-    def _compiled_loss(self, device: torch.device) -> Callable[[dict[str, torch.Tensor], float, float], LossTerms]:
-        """:meth:`_network_loss` through ``torch.compile``, its two floats passed as 0-d tensors on
-        ``device``: inputs of one graph, not constants that a new value would compile again."""
-        compiled = torch.compile(self._network_loss)
-        return lambda batch, entropy_cost, intrinsic_coef: compiled(
-            batch, torch.tensor(entropy_cost, device=device), torch.tensor(intrinsic_coef, device=device))
+    def _compiled_loss(self, device: torch.device,
+                       mode: str) -> Callable[[dict[str, torch.Tensor], float, float], LossTerms]:
+        """:meth:`_network_loss` through ``torch.compile`` in ``mode``, its two floats passed as 0-d
+        tensors on ``device``: inputs of one graph, not constants that a new value would compile
+        again. With CUDA graphs (``reduce-overhead``) each call starts a new step of torch's CUDA
+        graph trees, whose outputs the previous step's no longer hold: every step reads its own
+        losses before the next begins (:meth:`_optimizer_step`)."""
+        compiled = torch.compile(self._network_loss, mode=None if mode == "default" else mode)
+
+        def loss(batch: dict[str, torch.Tensor], entropy_cost: float, intrinsic_coef: float) -> LossTerms:
+            if mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            return compiled(batch, torch.tensor(entropy_cost, device=device),
+                            torch.tensor(intrinsic_coef, device=device))
+
+        return loss
 
     def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
                       intrinsic_coef: float | torch.Tensor) -> LossTerms:

@@ -114,7 +114,8 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
         self.optimizer = make_optimizer(self.policy, cfg.agent)
         self.learner = Learner(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
                                compile=cfg.train.th_compile, ranks=self.ranks, intrinsic=self.intrinsic,
-                               pretraining=cfg.train.pretraining, precision=self.placement.precision)
+                               pretraining=cfg.train.pretraining, precision=self.placement.precision,
+                               compile_mode=cfg.train.compile_mode)
         self.stats = LearnerStats()
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
