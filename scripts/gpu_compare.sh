@@ -10,13 +10,19 @@
 # to the standard output; PROFILE=NAME adds torch.profiler's table of that figure's updates
 # ($OUT/profile.txt, an L figure only); WARMUP and MEASURE (default 4 and 12) set bench.py's --warmup and
 # --seconds (a T figure with train.th_compile=true needs a warm-up past its compiling, about a minute;
-# an L figure adds 30 s itself). Wheels in .whl/ as scripts/gpu_check.sh says.
+# an L figure adds 30 s itself); TESTS=EXPR first runs the tests of tests/test_cuda.py that pytest's -k EXPR
+# selects ($OUT/pytest.txt, at most 240 s). Wheels in .whl/ as scripts/gpu_check.sh says.
 #   run(command="bash scripts/gpu_compare.sh L:old:.ab/old L:new:. T:old:.ab/old T:new:.",
 #       carry=[".whl", ".ab"], timeout_s=...)
 set -u
 cd "$(dirname "$0")/.."
 . scripts/gpu_site.sh
 machine | tee "$OUT/env.txt"
+if [ -n "${TESTS:-}" ]; then
+    PYTHONPATH=$SITE$PWD timeout -s INT -k 30 240 "$PY" -m pytest -p no:cacheprovider -v tests/test_cuda.py \
+        -k "$TESTS" > "$OUT/pytest.txt" 2>&1
+    echo "tests ($TESTS): exit $?, $(tail -n 1 "$OUT/pytest.txt")"
+fi
 for spec in "$@"; do
     IFS=: read -r figure name tree overrides <<< "$spec"
     root=$(cd "$tree" && pwd)
