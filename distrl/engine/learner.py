@@ -104,6 +104,9 @@ class Learner:
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.device = device
         self._loss = self._compiled_loss(device, compile_mode) if compile else self._network_loss
+        # CUDA graphs (reduce-overhead) may overwrite a replay's outputs at the next replay: each
+        # optimizer step is one step of torch's CUDA graph trees and reads its losses within it
+        self._cuda_graph_steps = compile and compile_mode == "reduce-overhead"
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
@@ -207,18 +210,10 @@ class Learner:
                        mode: str) -> Callable[[dict[str, torch.Tensor], float, float], LossTerms]:
         """:meth:`_network_loss` through ``torch.compile`` in ``mode``, its two floats passed as 0-d
         tensors on ``device``: inputs of one graph, not constants that a new value would compile
-        again. With CUDA graphs (``reduce-overhead``) each call starts a new step of torch's CUDA
-        graph trees, whose outputs the previous step's no longer hold: every step reads its own
-        losses before the next begins (:meth:`_optimizer_step`)."""
+        again."""
         compiled = torch.compile(self._network_loss, mode=None if mode == "default" else mode)
-
-        def loss(batch: dict[str, torch.Tensor], entropy_cost: float, intrinsic_coef: float) -> LossTerms:
-            if mode == "reduce-overhead":
-                torch.compiler.cudagraph_mark_step_begin()
-            return compiled(batch, torch.tensor(entropy_cost, device=device),
-                            torch.tensor(intrinsic_coef, device=device))
-
-        return loss
+        return lambda batch, entropy_cost, intrinsic_coef: compiled(
+            batch, torch.tensor(entropy_cost, device=device), torch.tensor(intrinsic_coef, device=device))
 
     def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
                       intrinsic_coef: float | torch.Tensor) -> LossTerms:
@@ -234,6 +229,8 @@ class Learner:
         """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
         Returns ``{total, policy, value, entropy, grad_norm}`` (the norm before clipping) and the
         loss's diagnostics (:class:`distrl.agents.LossTerms`), floats, and whether the step was made."""
+        if self._cuda_graph_steps:
+            torch.compiler.cudagraph_mark_step_begin()
         loss = self.hook.loss if self.hook is not None else self.loss
         total, policy, value, entropy, *rest = loss(batch, entropy_cost, intrinsic_coef)  # a hook's: 4 terms
         diagnostics = (rest[0] if rest else None) or {}
