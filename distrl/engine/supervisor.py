@@ -94,7 +94,7 @@ class Workers:
               max_nonfinite_updates: int = 10, check_interval: int = 100, prefetch: bool = False) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
         when the learner's schedule has consumed its budget of agent steps (``prefetch``: each
-        copies its next batch beside its update, :class:`distrl.engine.learner.BatchSource`)."""
+        copies its next batch beside its update, :class:`distrl.engine.storage.BatchSource`)."""
         self.contexts = list(actor_contexts)
         for actor_id, ctx in enumerate(self.contexts):
             self.actors.append(self._spawn(actor_id, ctx))
