@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_PONG, compose_train, metrics, run_distrl
+from test_learner import OBS, A, B, T, on_policy_batch
 
 from distrl.engine.learner import Learner, make_optimizer
 from distrl.engine.queues import drain
@@ -107,36 +108,21 @@ def test_the_compiled_update_as_cuda_graphs_steps_as_eager_does():
     cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.num_minibatches=2", "agent.num_epochs=2"])
     cfg.train.num_train_steps = 10**9
     device = torch.device("cuda")
-    steps, envs = 8, 4
 
     def build(compile: bool) -> tuple[Learner, DistributedActorLearner]:
         torch.manual_seed(0)
-        policy = DistributedActorLearner((4,), 2, cfg.model).to(device)
+        policy = DistributedActorLearner((OBS,), A, cfg.model).to(device)
         policy.freeze()
-        schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=steps * envs)
+        schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
         return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, device, compile=compile,
                        compile_mode="reduce-overhead"), policy
-
-    def batch(policy: DistributedActorLearner, seed: int) -> dict[str, torch.Tensor]:
-        g = torch.Generator().manual_seed(seed)
-        obs = torch.randn(steps + 1, envs, 4, generator=g).to(device)
-        first = torch.zeros(steps + 1, envs, dtype=torch.bool, device=device)
-        with torch.no_grad():
-            logits, values, _ = policy.learner(obs, first)
-        zeros = torch.zeros(steps + 1, envs, dtype=torch.bool, device=device)
-        action = torch.randint(0, 2, (steps + 1, envs), generator=g).to(device)
-        reward = torch.rand(steps + 1, envs, generator=g).to(device)
-        return {"obs": obs, "first": first, "action": action, "policy_logits": logits, "baseline": values,
-                "reward": reward, "terminated": zeros, "truncated": zeros,
-                "truncation_value": torch.zeros(steps + 1, envs, device=device),
-                "policy_version": torch.zeros(envs, dtype=torch.int64, device=device)}
 
     torch._dynamo.reset()
     counters.clear()
     compiled, compiled_policy = build(True)
     eager, eager_policy = build(False)
     for seed in range(2):
-        data = batch(eager_policy, seed)
+        data = on_policy_batch(eager_policy, seed, device)
         expected, got = eager.update(data), compiled.update(data)
         for name in ("total", "policy", "value", "entropy", "grad_norm"):
             assert got[name] == pytest.approx(expected[name], rel=1e-4, abs=1e-5), (seed, name)

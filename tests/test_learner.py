@@ -37,19 +37,22 @@ def make():
     return learner_for(cfg, policy), policy
 
 
-def on_policy_batch(policy, seed: int = 0) -> dict[str, torch.Tensor]:
+def on_policy_batch(policy, seed: int = 0, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """A ``[T+1, B]`` batch of random observations whose behaviour logits and values are the
+    learner copy's own, on ``device`` (the policy's); the same values whatever the device."""
     g = torch.Generator().manual_seed(seed)
-    obs = torch.randn(T + 1, B, OBS, generator=g)
-    first = torch.zeros(T + 1, B, dtype=torch.bool)
+    obs = torch.randn(T + 1, B, OBS, generator=g).to(device)
+    first = torch.zeros(T + 1, B, dtype=torch.bool, device=device)
     with torch.no_grad():
         logits, values, _ = policy.learner(obs, first)
     return {
-        "obs": obs, "first": first, "action": torch.randint(0, A, (T + 1, B), generator=g),
+        "obs": obs, "first": first, "action": torch.randint(0, A, (T + 1, B), generator=g).to(device),
         "policy_logits": logits, "baseline": values,
-        "reward": torch.rand(T + 1, B, generator=g) * 2 - 1,  # inside the reward clip
-        "terminated": torch.zeros(T + 1, B, dtype=torch.bool), "truncated": torch.zeros(T + 1, B, dtype=torch.bool),
-        "truncation_value": torch.zeros(T + 1, B), "policy_version": torch.zeros(B, dtype=torch.int64),
-        "env_id": torch.arange(B),
+        "reward": (torch.rand(T + 1, B, generator=g) * 2 - 1).to(device),  # inside the reward clip
+        "terminated": torch.zeros(T + 1, B, dtype=torch.bool, device=device),
+        "truncated": torch.zeros(T + 1, B, dtype=torch.bool, device=device),
+        "truncation_value": torch.zeros(T + 1, B, device=device),
+        "policy_version": torch.zeros(B, dtype=torch.int64, device=device), "env_id": torch.arange(B, device=device),
     }
 
 

@@ -282,7 +282,8 @@ class BatchSource:
         try:
             while not self._stopped():
                 batch = self._take_and_copy(name)
-                self.activity[name] = "holding the next batch"
+                if batch is not None:
+                    self.activity[name] = "holding the next batch"
                 while batch is not None and not self._stopped():
                     try:
                         self._ready.put(batch, timeout=POLL_SECONDS)

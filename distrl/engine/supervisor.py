@@ -183,8 +183,9 @@ class Workers:
         for thread in self.learner_threads:
             what = self.stats.activity.get(thread.name, "not started")
             lines.append(f"{thread.name}: {'alive' if thread.is_alive() else 'stopped'}, {what}")
-            if f"{thread.name} prefetch" in self.stats.activity:
-                lines.append(f"{thread.name}'s prefetching thread: {self.stats.activity[f'{thread.name} prefetch']}")
+            prefetching = self.stats.activity.get(f"{thread.name} prefetch")
+            if prefetching is not None:
+                lines.append(f"{thread.name}'s prefetching thread: {prefetching}")
         return lines
 
     def stop(self, learners_finish: float = 0.0) -> list[int]:
