@@ -15,18 +15,20 @@ from omegaconf import DictConfig
 from distrl.agents.appo import AppoLoss
 from distrl.agents.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Targets
 from distrl.agents.impala import ImpalaLoss
+from distrl.nn.distributions import ActionSpace
 
 AGENTS: dict[str, type[AgentLoss]] = {"impala": ImpalaLoss, "appo": AppoLoss}
 
 __all__ = ["AGENTS", "BOOTSTRAP", "STEPS", "AgentLoss", "AppoLoss", "ImpalaLoss", "LossTerms", "Targets", "make_loss"]
 
 
-def make_loss(agent: DictConfig, pretraining: bool = False) -> AgentLoss:
-    """The loss of ``agent.name`` (a key of :data:`AGENTS`) over the ``agent`` config node.
+def make_loss(agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False) -> AgentLoss:
+    """The loss of ``agent.name`` (a key of :data:`AGENTS`) over the ``agent`` config node, for actions
+    of ``action_space`` (an int ``A`` means ``Discrete(A)``).
 
     Raises:
         ValueError: another name (validation refuses it first).
     """
     if agent.name not in AGENTS:
         raise ValueError(f"agent.name={agent.name!r}: use one of {', '.join(AGENTS)}")
-    return AGENTS[agent.name](agent, pretraining)
+    return AGENTS[agent.name](agent, action_space, pretraining)

@@ -17,7 +17,8 @@ follow the policy as it moves within the batch. On one minibatch, averaged over 
   the actor stored (PPO's value clipping, as OpenAI Baselines' ppo2 and Sample Factory clip it);
   ``agent.value_clip: null`` is the plain squared error. An intrinsic value head
   (:mod:`distrl.intrinsic`) has no stored value: its loss is the plain squared error;
-- ``entropy_cost`` x the negative entropy, as IMPALA's.
+- ``entropy_cost`` x the negative entropy (of the action space's distribution, summed over an
+  action's dimensions), as IMPALA's.
 
 Beside the loss it reports (:func:`ratio_diagnostics`) the fraction of steps whose ratio lies
 outside the clip's range and the approximate KL divergence from the behaviour policy, as CleanRL's
@@ -74,15 +75,15 @@ class AppoLoss(AgentLoss):
     (null, or > 0, in the units of the clipped reward's return).
     """
 
-    def __call__(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+    def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                  entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
         agent = self.agent
-        targets = self.targets(batch, logits, values, intrinsic_coef)
+        targets = self.targets(batch, params, values, intrinsic_coef)
         pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, agent.clip)
         old_values = batch["baseline"][STEPS]
         value_loss = clipped_value_loss(targets.values[0], old_values, targets.vs[0], agent.value_clip)
         for v, vs in zip(targets.values[1:], targets.vs[1:], strict=True):  # the intrinsic head
             value_loss = value_loss + vtrace.baseline_loss(vs - v)
-        entropy_loss = vtrace.entropy_loss(logits[STEPS])
+        entropy_loss = -targets.entropy.mean()
         total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
         return LossTerms(total, pg_loss, value_loss, entropy_loss, ratio_diagnostics(targets.log_rhos, agent.clip))

@@ -7,6 +7,13 @@ the unroll (:mod:`distrl.rollout`). An agent is a subclass of :class:`AgentLoss`
 turns the network's outputs on a (mini)batch into :class:`LossTerms` (total, policy, value,
 entropy and the agent's diagnostics); the learner (:mod:`distrl.engine.learner`) runs the network,
 makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks inside the loss.
+
+The policy's outputs are the parameters of the action space's distribution
+(:mod:`distrl.nn.distributions`: logits, or a Gaussian's mean and log-std); the losses see the
+policy only through that distribution's log-probabilities and entropy, so every action space
+(Discrete, MultiDiscrete, Box) takes the same V-trace and the same losses. The importance weight of
+a Box action is the ratio of two densities, ``pi(a|x) / mu(a|x)``, as it is a ratio of probabilities
+for a discrete one.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.agents import vtrace
+from distrl.nn.distributions import ActionSpace
 from distrl.rollout import BOOTSTRAP, STEPS
 
 
@@ -41,13 +49,17 @@ class Targets(NamedTuple):
     """V-trace's outputs on a batch, for the loss.
 
     ``log_rhos``: ``[T, B]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)`` of the current network against
-    the behaviour policy, with gradient through ``pi``; ``advantages``: ``[T, B]`` the policy
+    the behaviour policy, with gradient through ``pi``; ``log_probs``: ``[T, B]`` ``log pi(a_t|x_t)``
+    with gradient; ``entropy``: ``[T, B]`` the current policy's entropy (nats, summed over the action's
+    dimensions) with gradient; ``advantages``: ``[T, B]`` the policy
     gradient's advantages (no gradient); ``values``: per value head, ``V(x_t)`` ``[T, B]`` with
     gradient; ``vs``: per value head, the V-trace targets ``[T, B]`` (no gradient). The heads are
     the extrinsic one, then with an intrinsic value head the intrinsic one.
     """
 
     log_rhos: torch.Tensor
+    log_probs: torch.Tensor
+    entropy: torch.Tensor
     advantages: torch.Tensor
     values: list[torch.Tensor]
     vs: list[torch.Tensor]
@@ -61,6 +73,8 @@ class AgentLoss:
         agent: the ``agent`` config node (``discount``, ``reward_clip``, ``rho_bar``, ``c_bar``,
             ``trace_lambda``, ``normalize_advantages``, ``baseline_cost``, ``num_epochs``,
             ``num_minibatches`` and the agent's own keys).
+        action_space: the actions' space, whose distribution scores them
+            (:class:`distrl.nn.distributions.ActionSpace`; an int ``A`` means ``Discrete(A)``).
         pretraining: the extrinsic reward is left out (reward-free training with an intrinsic one).
 
     Attributes:
@@ -70,25 +84,32 @@ class AgentLoss:
         num_minibatches: minibatches each pass splits the batch into (along B, whole unrolls).
     """
 
-    def __init__(self, agent: DictConfig, pretraining: bool = False):
+    def __init__(self, agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False):
         self.agent = SimpleNamespace(**OmegaConf.to_container(agent, resolve=True))
+        self.action_space = (action_space if isinstance(action_space, ActionSpace)
+                             else ActionSpace("discrete", (int(action_space),)))
         self.pretraining = pretraining
         self.num_epochs = int(agent.num_epochs)
         self.num_minibatches = int(agent.get("num_minibatches", 1))
         self.trace_lambda = float(agent.get("trace_lambda", 1.0))
         self.normalize_advantages = bool(agent.normalize_advantages)
 
-    def __call__(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+    def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                  entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
-        """The loss of one optimizer step: ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]``, or
-        ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row of ``batch``.
+        """The loss of one optimizer step: ``params [T+1, B, P]`` (the policy parameters) and ``values``
+        (``[T+1, B]``, or ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row
+        of ``batch``.
         Returns :class:`LossTerms`, scalar tensors averaged over the ``T x B`` steps."""
         raise NotImplementedError
 
-    def targets(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+    def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                 intrinsic_coef: float = 0.0) -> Targets:
-        """V-trace on ``batch`` (Espeholt et al. 2018, Section 4) with the current network's
-        ``logits [T+1, B, A]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``).
+        """V-trace on ``batch`` (Espeholt et al. 2018, Section 4) with the current network's policy
+        parameters ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``).
+
+        The log importance weights are the difference of the current and the behaviour
+        distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
+        whatever the network's precision.
 
         Rewards are the extrinsic ones clipped to ``agent.reward_clip`` (0 when pretraining). With
         ``batch["intrinsic_reward"]`` (``[T, B]``, normalised): on a network with an intrinsic value
@@ -110,8 +131,9 @@ class AgentLoss:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         actions = batch["action"][STEPS]
         # the importance weights, once for both returns
-        log_rhos = (vtrace.action_log_probs(logits[STEPS], actions)
-                    - vtrace.action_log_probs(batch["policy_logits"][STEPS], actions))
+        policy = self.action_space.distribution(params[STEPS])
+        log_probs = policy.log_prob(actions)
+        log_rhos = log_probs - self.action_space.distribution(batch["policy_params"][STEPS]).log_prob(actions)
         traces = {"discount": agent.discount, "rho_bar": agent.rho_bar, "c_bar": agent.c_bar,
                   "trace_lambda": self.trace_lambda}
         baseline = values[STEPS]
@@ -133,7 +155,7 @@ class AgentLoss:
             vs.append(intrinsic.vs)
         if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
-        return Targets(log_rhos, advantages, heads, vs)
+        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs)
 
     def minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
                     ) -> list[dict[str, torch.Tensor]]:

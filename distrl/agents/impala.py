@@ -8,7 +8,11 @@ averages):
   ``A_t = rho_t (r_t + gamma v_{t+1} - V(x_t))`` (standardised over the batch with
   ``agent.normalize_advantages``, as PPO's implementations do);
 - the value loss ``0.5 mean (v_t - V(x_t))^2`` toward V-trace's targets, per value head;
-- the entropy bonus ``mean sum_a pi log pi``.
+- the entropy bonus, the mean negative entropy of the policy (``mean sum_a pi log pi`` for a
+  categorical; summed over an action's dimensions for MultiDiscrete and Box actions).
+
+The policy enters through its distribution's log-probabilities (:mod:`distrl.nn.distributions`), so
+every action space takes the same loss.
 """
 
 from __future__ import annotations
@@ -16,18 +20,17 @@ from __future__ import annotations
 import torch
 
 from distrl.agents import vtrace
-from distrl.agents.base import STEPS, AgentLoss, LossTerms
+from distrl.agents.base import AgentLoss, LossTerms
 
 
 class ImpalaLoss(AgentLoss):
     """IMPALA's loss; the module docstring gives its terms. Call as :meth:`AgentLoss.__call__`."""
 
-    def __call__(self, batch: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor,
+    def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                  entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
-        targets = self.targets(batch, logits, values, intrinsic_coef)
-        logits = logits[STEPS]
-        pg_loss = vtrace.policy_gradient_loss(logits, batch["action"][STEPS], targets.advantages)
+        targets = self.targets(batch, params, values, intrinsic_coef)
+        pg_loss = -(targets.log_probs * targets.advantages.detach()).mean()
         value_loss = sum(vtrace.baseline_loss(vs - v) for v, vs in zip(targets.values, targets.vs, strict=True))
-        entropy_loss = vtrace.entropy_loss(logits)
+        entropy_loss = -targets.entropy.mean()
         total = pg_loss + self.agent.baseline_cost * value_loss + entropy_cost * entropy_loss
         return LossTerms(total, pg_loss, value_loss, entropy_loss)

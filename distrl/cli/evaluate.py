@@ -16,7 +16,7 @@ from distrl.cli.exits import checked, fail
 from distrl.config.host import actor_precision, resolve_device
 from distrl.config.schema import ConfigError, config_dir, register_configs
 from distrl.config.validation import validate_bf16_device, validate_env, validate_eval
-from distrl.utils.checkpoint import CheckpointError, load_checkpoint
+from distrl.utils.checkpoint import CheckpointError, load_checkpoint, saved_action_space
 
 log = logging.getLogger("distrl")
 
@@ -30,10 +30,12 @@ def policy_from_checkpoint(state: dict, path: str):
         CheckpointError: the stored weights do not fit the network its config describes.
     """
     from distrl.nn.actor_critic import ActorCritic
+    from distrl.nn.distributions import ActionSpace
 
     train_cfg = OmegaConf.create(state["config"])
-    model = ActorCritic(tuple(state["obs_shape"]), int(state["num_actions"]), train_cfg.model,
-                        intrinsic_value="intrinsic_baseline.weight" in state["model"])
+    model = ActorCritic(tuple(state["obs_shape"]), ActionSpace.from_dict(saved_action_space(state)), train_cfg.model,
+                        intrinsic_value="intrinsic_baseline.weight" in state["model"],
+                        return_norm="return_norm.mean" in state["model"])
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:
@@ -79,6 +81,9 @@ def main(cfg: DictConfig) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     device = resolve_device(cfg.device)
     precision = cfg.precision or evaluation_precision(state)
+    # null: as the run's own evaluations (train.eval_deterministic: the distribution's mode, or a sample)
+    deterministic = (bool(train_cfg.train.get("eval_deterministic", False)) if cfg.deterministic is None
+                     else bool(cfg.deterministic))
     try:
         validate_bf16_device(precision, device)  # the checkpoint's precision too, not only a precision= given
     except ConfigError as exc:
@@ -86,10 +91,10 @@ def main(cfg: DictConfig) -> None:
     if cfg.video:
         video = out_dir / "video.mp4"
         result = record_episodes(model, env_cfg, cfg.num_episodes, cfg.seed, str(video), cfg.video_fps,
-                                 cfg.deterministic, device=device, precision=precision)
+                                 deterministic, device=device, precision=precision)
     else:
         video = None
-        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, cfg.deterministic, device=device,
+        result = evaluate(model, env_cfg, cfg.num_episodes, cfg.seed, deterministic, device=device,
                           precision=precision)
 
     for i, (ret, length) in enumerate(zip(result.returns, result.lengths, strict=True)):
@@ -97,13 +102,13 @@ def main(cfg: DictConfig) -> None:
     returns = np.asarray(result.returns)
     print(f"{env_cfg.id}: return {returns.mean():.2f} ± {returns.std():.2f} (min {returns.min():g}, "
           f"max {returns.max():g}) over {len(returns)} episodes, "
-          f"{'greedy' if cfg.deterministic else 'sampled'} actions, {precision}, checkpoint at {state['agent_steps']} "
-          f"agent steps")
+          f"{'greedy' if deterministic else 'sampled'} actions, {precision}, "
+          f"checkpoint at {state['agent_steps']} agent steps")
     results = {
         "mean_return": float(returns.mean()), "std_return": float(returns.std()),
         "min": float(returns.min()), "max": float(returns.max()), "n_episodes": len(returns),
         "returns": result.returns, "lengths": result.lengths,
-        "deterministic": bool(cfg.deterministic), "precision": precision, "device": str(device),
+        "deterministic": deterministic, "precision": precision, "device": str(device),
         "checkpoint": str(Path(cfg.ckpt).resolve()),
         "env_id": env_cfg.id, "agent_steps": int(state["agent_steps"]), "seed": int(cfg.seed),
         "video": str(video) if video else None,

@@ -35,6 +35,7 @@ from distrl.config.validation import validate
 from distrl.engine.learner import LearnerHook
 from distrl.engine.trainer import DistributedTrainer
 from distrl.nn import actor_learner
+from distrl.nn.distributions import ActionSpace
 from distrl.nn.encoders import MIN_IMAGE_SIDE
 
 __all__ = ["DistributedActorLearner", "DistributedAgent", "IMPALA"]
@@ -251,7 +252,8 @@ class DistributedActorLearner(actor_learner.DistributedActorLearner):
     Args:
         observation_space: a Gymnasium ``Box`` (or one observation's shape): ``[C, H, W] uint8``
             images get the Nature CNN (the IMPALA ResNet below 36 pixels a side), vectors the MLP.
-        action_space: a Gymnasium ``Discrete`` (or the number of actions).
+        action_space: a Gymnasium ``Discrete``, ``MultiDiscrete`` or ``Box`` of rank 1 (a diagonal
+            Gaussian policy, as rllte's), or the number of discrete actions.
         feature_dim: the encoder's output features.
         hidden_dim: the MLP's hidden units (vectors only).
         opt_class, opt_kwargs: the optimizer over the learner copy, in :attr:`optimizers` ``["opt"]``
@@ -262,8 +264,8 @@ class DistributedActorLearner(actor_learner.DistributedActorLearner):
         use_lstm: an LSTM core.
 
     Raises:
-        ValueError: a space distrl cannot model (not ``Discrete`` actions; not images or vectors),
-            or an unknown ``init_fn``.
+        ValueError: a space distrl cannot model (:class:`distrl.nn.distributions.ActionSpace`; not
+            images or vectors), or an unknown ``init_fn``.
     """
 
     INIT_FNS = {"orthogonal": "orthogonal", "xavier_uniform": "xavier_uniform", "identity": "default",
@@ -273,18 +275,14 @@ class DistributedActorLearner(actor_learner.DistributedActorLearner):
                  opt_class: type[torch.optim.Optimizer] = torch.optim.Adam, opt_kwargs: dict | None = None,
                  init_fn: str = "orthogonal", use_lstm: bool = False):
         obs_shape = tuple(getattr(observation_space, "shape", observation_space))
-        if hasattr(action_space, "n"):
-            num_actions = int(action_space.n)
-        elif isinstance(action_space, int):
-            num_actions = action_space
-        else:
-            raise ValueError(f"action_space={action_space!r}: distrl's policy takes Discrete actions")
+        space = (ActionSpace("discrete", (action_space,)) if isinstance(action_space, int)
+                 else ActionSpace.from_gym(action_space))
         if init_fn not in self.INIT_FNS:
             raise ValueError(f"init_fn={init_fn!r}: use one of {', '.join(self.INIT_FNS)}")
         model = OmegaConf.create({"encoder": _seed_encoder(obs_shape), "feature_dim": feature_dim,
                                   "hidden_dim": hidden_dim, "init_fn": self.INIT_FNS[init_fn],
                                   "use_lstm": use_lstm, "last_action_reward": False, "layer_norm": False})
-        super().__init__(obs_shape, num_actions, model)
+        super().__init__(obs_shape, space, model)
         self.optimizers["opt"] = opt_class(self.learner.parameters(), **(opt_kwargs or {}))
 
 

@@ -76,6 +76,9 @@ class AgentConfig:
     num_epochs: int = MISSING  # passes over each batch
     num_minibatches: int = MISSING  # minibatches of whole unrolls each pass splits the batch into
     normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each (mini)batch
+    # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
+    # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
+    normalize_returns: bool = False
 
 
 @dataclass
@@ -100,6 +103,9 @@ class ModelConfig:
     use_lstm: bool = MISSING
     last_action_reward: bool = MISSING  # the previous action and reward as inputs beside the features
     layer_norm: bool = MISSING  # a LayerNorm before each activation of the encoder (not impala_resnet)
+    normalize_obs: bool = False  # vector observations normalised by running statistics (mlp only)
+    separate_critic: bool = False  # the baseline reads an encoder of its own (not with use_lstm)
+    log_std_init: float = 0.0  # Box actions: the Gaussian's state-independent log-std at the start
 
 
 @dataclass
@@ -130,6 +136,7 @@ class TrainBlock:
     eval_interval: int = MISSING
     save_interval: int = MISSING
     num_eval_episodes: int = MISSING
+    eval_deterministic: bool = False  # evaluations act with the distribution's mode, not a sample
     keep_checkpoints: int = MISSING
     th_compile: bool = MISSING
     compile_mode: str = MISSING  # torch.compile's mode: default | reduce-overhead | max-autotune
@@ -195,7 +202,7 @@ class EvalConfig:
 
     ckpt: str = MISSING
     num_episodes: int = MISSING
-    deterministic: bool = MISSING
+    deterministic: bool | None = MISSING
     device: str = MISSING
     seed: int = MISSING
     video: bool = MISSING

@@ -18,7 +18,7 @@ from distrl.config import host
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
 from distrl.config.schema import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
-from distrl.envs import EnvSpec, env_spec, known_env_id_error
+from distrl.envs import EnvSpec, SpaceError, env_spec, known_env_id_error
 from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE
 from distrl.rollout import RolloutLayout
@@ -296,6 +296,8 @@ def _validate_agent(agent: DictConfig, batch_size: int) -> None:
     _check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
     _check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
            agent.reward_clip, "null or a number > 0")
+    _check(isinstance(agent.normalize_returns, bool), "agent.normalize_returns", agent.normalize_returns,
+           "true or false")
 
 
 def _validate_model(cfg: DictConfig) -> EnvSpec:
@@ -308,8 +310,13 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
            "true only with model.encoder nature_cnn, minigrid_cnn or mlp (impala_resnet has none)")
     for key in ("feature_dim", "hidden_dim"):
         _positive_int(cfg, f"model.{key}")
+    _check(not (model.separate_critic and model.use_lstm), "model.separate_critic", model.separate_critic,
+           "false with model.use_lstm=true (the critic's own encoder has no core)")
+    _check(-5.0 <= model.log_std_init <= 2.0, "model.log_std_init", model.log_std_init, "a number in [-5, 2]")
     try:
         spec = env_spec(cfg.env)
+    except SpaceError as exc:
+        raise ConfigError(f"env.id={cfg.env.id!r} is not allowed: {exc}") from None
     except Exception as exc:
         raise env_creation_error(cfg.env.id, exc) from exc
     _check(
@@ -317,6 +324,8 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
         "nature_cnn, impala_resnet or minigrid_cnn for image observations (env=atari, env=image_cue, env=minigrid), "
         "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
     )
+    _check(not (model.normalize_obs and spec.is_image), "model.normalize_obs", model.normalize_obs,
+           "false for image observations (they are scaled to [0, 1] by the encoder)")
     if spec.is_image:
         side = min(spec.obs_shape[1:])
         fitting = [name for name, least in MIN_IMAGE_SIDE.items() if side >= least]
@@ -342,6 +351,9 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
            intrinsic.clip, "null or a number > 0")
     _check(not (intrinsic.obs_norm and intrinsic.name == "e3b"), "intrinsic.obs_norm", intrinsic.obs_norm,
            "false with e3b: its actors compute the bonus on the unstandardised inputs")
+    _check(intrinsic.name != "e3b" or spec.action_space.is_discrete, "intrinsic", intrinsic.name,
+           f"none, rnd or re3 for {spec.action_space.describe()} actions (e3b's inverse dynamics predicts one "
+           f"discrete action)")
     if intrinsic.name == "re3":
         most = cfg.num_steps - 1
         _check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,

@@ -58,6 +58,8 @@ class ActorContext:
             the stored behaviour logits and baselines are float32 either way.
         bonus: an intrinsic bonus the actor computes for each observation (E3B's:
             :class:`distrl.intrinsic.ActorBonus`), or None.
+        return_discount: with ``agent.normalize_returns``, the discount of the return each env's
+            ``discounted_return`` follows (``agent.discount``); None: not recorded.
     """
 
     env_cfg: dict
@@ -72,6 +74,7 @@ class ActorContext:
     cpu_affinity: tuple[int, ...] | None = None
     precision: str = "fp32"
     bonus: ActorBonus | None = None
+    return_discount: float | None = None
 
 
 def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
@@ -87,6 +90,7 @@ def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Cha
             buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
             log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
             precision=placement.actor_precision, bonus=bonus,
+            return_discount=float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,
         )
         for actor_id in range(placement.num_actors)
     ]
@@ -156,6 +160,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     slots = SlotWriter(actor_id, ctx, held)
     episodes = _Episodes(actor_id, ctx)
     state = AgentState(model, ctx.num_envs)
+    space = model.action_space
     bonus = ctx.bonus.start(ctx.num_envs) if ctx.bonus is not None else None
     try:
         ids, obs = env.reset(ctx.seed)
@@ -166,7 +171,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if bonus is not None:
                 out["intrinsic_bonus"] = bonus(obs_t, seen.first, ids_t)
             slots.write_acted(ids, obs_t, out, seen)
-            env.send(out["action"].numpy())
+            env.send(space.to_env(out["action"]))  # a Box's sample clipped to its bounds; the sample is stored
 
             ids, obs, reward, terminated, truncated, info = env.recv()
             if slots.waiting_for_first_step(ids):  # async stepping: the other half's reset observations
@@ -213,6 +218,8 @@ class SlotWriter:
         self.row = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
         self.held = held
+        # each env's discounted return so far (agent.normalize_returns), restarted at episode ends
+        self.discounted_return = np.zeros(n, dtype=np.float64) if ctx.return_discount is not None else None
         # Observations go straight into each env's shared slot (one memcpy per env and step).
         # Staging them too would stream every frame through memory twice and, with the larger
         # working set, evict the model's weights from the cache between forward passes.
@@ -228,7 +235,7 @@ class SlotWriter:
         stage["first"][at] = seen.first
         stage["last_action"][at] = seen.last_action
         stage["last_reward"][at] = seen.last_reward
-        for key in ("action", "policy_logits", "baseline", "intrinsic_bonus"):
+        for key in ("action", "policy_params", "baseline", "intrinsic_bonus"):
             if key in stage:
                 stage[key][at] = out[key]
         for j in np.flatnonzero(self.slot[ids] < 0).tolist():  # each env's first observation
@@ -243,7 +250,7 @@ class SlotWriter:
             self._write_obs(full, obs[at_end])  # row 0 repeats row T
 
     def actions(self, ids: np.ndarray) -> torch.Tensor:
-        """``[k] int64``: the actions just sent to envs ``ids`` (staged at their current row)."""
+        """``[k, *action_shape]``: the actions just sampled for envs ``ids`` (staged at their current row)."""
         return self.stage["action"][torch.from_numpy(ids), torch.from_numpy(self.row[ids])]
 
     def waiting_for_first_step(self, ids: np.ndarray) -> bool:
@@ -261,6 +268,11 @@ class SlotWriter:
         stage["terminated"][at] = torch.from_numpy(terminated)
         stage["truncated"][at] = torch.from_numpy(truncated)
         stage["truncation_value"][at] = 0.0
+        if self.discounted_return is not None:
+            returns = self.discounted_return
+            returns[ids] = returns[ids] * self.ctx.return_discount + rewards.numpy()
+            stage["discounted_return"][at] = torch.from_numpy(returns[ids].astype(np.float32))
+            returns[ids[terminated | truncated]] = 0.0
         if truncation_values is not None:
             cut = ids[truncated]
             stage["truncation_value"][torch.from_numpy(cut), torch.from_numpy(self.row[cut])] = truncation_values

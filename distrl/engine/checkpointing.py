@@ -53,7 +53,7 @@ class Checkpointing:
 
 
     def _resume(self, saved: dict[str, Any]) -> None:
-        mismatch = checkpoint.incompatibility(saved, self.cfg, self.spec.obs_shape, self.spec.num_actions)
+        mismatch = checkpoint.incompatibility(saved, self.cfg, self.spec.obs_shape, self.spec.action_space.as_dict())
         if mismatch:
             raise checkpoint.CheckpointError(f"cannot resume from {self.resumed_from}: {mismatch}")
         self.policy.learner.load_state_dict(saved["model"])
@@ -92,7 +92,8 @@ class Checkpointing:
             "config": OmegaConf.to_container(self.cfg, resolve=True),
             "rng": checkpoint.rng_state(),
             "obs_shape": list(self.spec.obs_shape),
-            "num_actions": self.spec.num_actions,
+            "action_space": self.spec.action_space.as_dict(),
+            **({"num_actions": self.spec.action_space.nvec[0]} if self.spec.action_space.is_discrete else {}),
             "pretraining": bool(self.cfg.train.pretraining),
             "precision": self.placement.precision,
             "actor_precision": self.placement.actor_precision,  # that of the run's evaluations (distrl eval's default)

@@ -125,6 +125,17 @@ class Ranks:
             p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
             offset += n
 
+    def sum_(self, tensor: torch.Tensor, stop=None) -> None:
+        """All-reduce (sum) ``tensor`` in place: e.g. the moments of a batch's observations, so every
+        rank merges the same statistics (:mod:`distrl.nn.normalization`)."""
+        import torch.distributed as dist
+
+        try:
+            work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True)
+        except RuntimeError as exc:
+            raise CollectiveFailed(f"rank {self.rank}: a collective failed: {str(exc).splitlines()[0]}") from exc
+        self._wait(work, stop)
+
     def check_identical(self, parameters, stop=None) -> None:
         """Compare a checksum of the weights across ranks.
 

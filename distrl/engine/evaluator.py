@@ -78,7 +78,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         while quota.sum() > 0 and not stop():
             out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)), state, deterministic=deterministic,
                                  precision=precision)
-            obs, reward, terminated, truncated, _ = env.step(out["action"].cpu().numpy())
+            obs, reward, terminated, truncated, _ = env.step(frozen.action_space.to_env(out["action"]))
             ended = terminated | truncated
             state.after_env_step(out["action"], reward, ended)
             episode_return += reward
@@ -121,7 +121,7 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
             while not ended:
                 out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)).unsqueeze(0), state,
                                      deterministic=deterministic, precision=precision)
-                obs, reward, terminated, truncated, _ = env.step(int(out["action"][0]))
+                obs, reward, terminated, truncated, _ = env.step(frozen.action_space.to_env(out["action"])[0])
                 ended = terminated or truncated
                 state.after_env_step(out["action"], [reward], [ended])
                 writer.append_data(env.render())
@@ -145,11 +145,13 @@ class Evaluations:
         num_episodes: episodes per evaluation.
         run_seed: the run's ``seed``.
         precision: the arithmetic of the evaluation's forward passes (the actors').
+        deterministic: act with the policy's mode (``train.eval_deterministic``), not a sample.
     """
 
     def __init__(self, model: ActorCritic, env_cfg: DictConfig, num_episodes: int, run_seed: int,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", deterministic: bool = False):
         self.precision = precision
+        self.deterministic = deterministic
         self.template = copy.deepcopy(model).cpu()
         self.env_cfg = env_cfg
         self.num_episodes = num_episodes
@@ -182,7 +184,7 @@ class Evaluations:
         model = copy.deepcopy(self.template)
         model.load_state_dict(snapshot["model"])
         result = evaluate(model, self.env_cfg, self.num_episodes, eval_seed(self.run_seed, step),
-                          stop=lambda: self.stopping, precision=self.precision)
+                          self.deterministic, stop=lambda: self.stopping, precision=self.precision)
         return result, snapshot
 
     def stop(self) -> None:

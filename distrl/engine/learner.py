@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 
-from distrl.agents import LossTerms, make_loss
+from distrl.agents import STEPS, LossTerms, make_loss
 from distrl.engine.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import Batch, BatchSource, RolloutStorage
@@ -99,7 +99,7 @@ class Learner:
         self.optimizer = optimizer
         self.schedule = schedule
         self.agent = agent
-        self.agent_loss = make_loss(agent, pretraining)
+        self.agent_loss = make_loss(agent, policy.learner.action_space, pretraining)
         # the minibatches' order (agent.num_minibatches), from the run's seed (torch.manual_seed)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.device = device
@@ -150,7 +150,11 @@ class Learner:
         as the last finite step left them; the count still advances).
 
         With an intrinsic reward module, its rewards are computed once, before the epochs, and the
-        module is trained on the batch after them (not after a non-finite update).
+        module is trained on the batch after them (not after a non-finite update). Running
+        statistics of the network (:mod:`distrl.nn.normalization`: ``model.normalize_obs``,
+        ``agent.normalize_returns``) are updated from the batch first (summed across ranks), and with
+        ``agent.normalize_returns`` the loss sees the rewards divided by the running std of the
+        discounted return.
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
@@ -168,6 +172,7 @@ class Learner:
         with self.lock:
             position = self.position
             self.last_obs = batch["obs"]
+            batch = self._normalise(batch, stop)
             intrinsic = {}
             if self.intrinsic is not None:
                 raw, normalised = self.intrinsic.rewards(batch)
@@ -195,6 +200,22 @@ class Learner:
                 "entropy_cost": position.entropy_cost, "finite": finite, "publish_seconds": publish_seconds,
                 **intrinsic}
 
+    def _normalise(self, batch: dict[str, torch.Tensor], stop: threading.Event | None) -> dict[str, torch.Tensor]:
+        """Update the network's running statistics from ``batch`` (its T steps, not the bootstrap row
+        the next slot repeats) and return the batch the loss sees: with return statistics, its
+        rewards scaled by them."""
+        net = self.policy.learner
+        for norm, key in ((net.obs_norm, "obs"), (net.return_norm, "discounted_return")):
+            if norm is None:
+                continue
+            moments = norm.moments(batch[key][STEPS], norm.mean.dim())
+            if self.ranks.enabled:
+                self.ranks.sum_(moments, stop)
+            norm.update(moments)
+        if net.return_norm is not None:
+            batch = {**batch, "reward": net.return_norm.scale(batch["reward"])}
+        return batch
+
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> LossTerms:
         """The agent's loss on ``batch`` (a ``[T+1, B]`` batch or a minibatch of it):
@@ -220,9 +241,9 @@ class Learner:
         """:meth:`loss` uncompiled; the two coefficients as floats or 0-d tensors (:meth:`_compiled_loss`)."""
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         with autocast(self.precision, self.device):
-            logits, values, _ = self.policy.learner(batch["obs"], batch["first"], core,  # all T+1 rows
+            params, values, _ = self.policy.learner(batch["obs"], batch["first"], core,  # all T+1 rows
                                                     batch.get("last_action"), batch.get("last_reward"))
-        return self.agent_loss(batch, logits, values, entropy_cost, intrinsic_coef)
+        return self.agent_loss(batch, params, values, entropy_cost, intrinsic_coef)
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
                         stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[dict[str, float], bool]:

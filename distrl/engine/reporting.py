@@ -146,8 +146,8 @@ class Reporting:
     def _announce(self) -> None:
         cfg, p = self.cfg, self.placement
         log.info("run directory %s", self.run_dir.resolve())
-        log.info("%s: observations %s, %d actions | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
-                 "%d thread(s) | %s", cfg.env.id, self.spec.obs_shape, self.spec.num_actions, p.num_actors,
+        log.info("%s: observations %s, %s | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
+                 "%d thread(s) | %s", cfg.env.id, self.spec.obs_shape, self.spec.action_space.describe(), p.num_actors,
                  p.envs_per_actor, cfg.num_steps, cfg.batch_size, self.device, p.learner_threads,
                  self.policy.describe())
         log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)

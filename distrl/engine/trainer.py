@@ -101,8 +101,9 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
-        self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.num_actions, cfg.model,
-                                              intrinsic_value=needs_value_head(cfg.intrinsic))
+        self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
+                                              intrinsic_value=needs_value_head(cfg.intrinsic),
+                                              return_norm=bool(cfg.agent.get("normalize_returns", False)))
         self.intrinsic = intrinsic_for_run(cfg, self.spec, self.placement.stepping)
         if cfg.train.init_model_path:
             self._initial_weights(str(checkpoint.checkpoint_file(cfg.train.init_model_path)))
@@ -230,7 +231,7 @@ class DistributedTrainer(Checkpointing, Reporting, Shutdown):
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
         self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
-                                       p.actor_precision)
+                                       p.actor_precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, p, self.policy.actor, storage, self.channels, first_actor=first_actor,

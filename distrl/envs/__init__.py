@@ -17,6 +17,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from distrl.envs import atari, diagnostic, gym_env, sparse
+from distrl.nn.distributions import ActionSpace
 
 diagnostic.register()
 sparse.register()
@@ -29,13 +30,13 @@ class EnvSpec:
     Attributes:
         obs_shape: one observation's shape, e.g. ``(4, 84, 84)`` for Atari.
         obs_dtype: numpy dtype of observations (``uint8`` for Atari, ``float32`` otherwise).
-        num_actions: size of the discrete action space.
+        action_space: the actions (:class:`distrl.nn.distributions.ActionSpace`).
         frameskip: emulator frames per agent step (1 for non-Atari envs).
     """
 
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
-    num_actions: int
+    action_space: ActionSpace
     frameskip: int
 
     @property
@@ -76,14 +77,32 @@ def make_render_env(env_cfg: DictConfig):
     return gym_env.make_single_env(env_cfg, render_mode="rgb_array")
 
 
+class SpaceError(ValueError):
+    """An env whose observation or action space distrl cannot model (the message names it)."""
+
+
 def env_spec(env_cfg: DictConfig) -> EnvSpec:
-    """Observation and action facts of the configured env (builds one env briefly)."""
+    """Observation and action facts of the configured env (builds one env briefly).
+
+    Raises:
+        SpaceError: observations that are not a Box of rank 1 (vectors) or ``[C, H, W] uint8`` images,
+            or actions :class:`ActionSpace` does not model.
+    """
+    import gymnasium as gym
+
     env = make_vector_env(env_cfg, 1)
     try:
         space = env.single_observation_space
+        if not (isinstance(space, gym.spaces.Box) and (len(space.shape) == 1 or gym_env.is_image(space))):
+            raise SpaceError(f"observation space {space}: distrl models a Box of rank 1 (vectors) or "
+                             f"[C, H, W] uint8 images")
+        try:
+            actions = ActionSpace.from_gym(env.single_action_space)
+        except ValueError as exc:
+            raise SpaceError(str(exc)) from None
         frameskip = env_cfg.frameskip if env_cfg.kind == "atari" else 1
         dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
-        return EnvSpec(tuple(space.shape), dtype, int(env.single_action_space.n), frameskip)
+        return EnvSpec(tuple(space.shape), dtype, actions, frameskip)
     finally:
         env.close()
 

@@ -1,4 +1,4 @@
-"""Any registered Gymnasium id with discrete actions: flat (vector) observations, e.g. CartPole-v1, or
+"""Any registered Gymnasium id: flat (vector) observations, e.g. CartPole-v1 or MuJoCo's HalfCheetah-v5, or
 ``[C, H, W] uint8`` images, e.g. the diagnostic ``distrl/ImageCue-v0``. MiniGrid's ids (the Farama
 ``minigrid`` package, registered on import here) give their partial view, ``[3, 7, 7] uint8``
 (object, colour and state indices of the 7 x 7 cells in front of the agent), without the mission
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import logging
 import pickle
 from typing import Any
 
@@ -21,6 +22,25 @@ try:  # registers the MiniGrid-* ids
     from minigrid.wrappers import ImgObsWrapper
 except ImportError:  # pragma: no cover - minigrid is a dependency; an environment without it lacks those ids
     minigrid = None
+
+
+log = logging.getLogger(__name__)
+_mujoco_warnings_routed = False
+
+
+def route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings to this module's logger (debug level) instead of stdout and a
+    ``MUJOCO_LOG.TXT`` in the working directory (Gymnasium's v5 models use attributes MuJoCo 4
+    deprecates, one warning per env built). Once per process; nothing without the mujoco package."""
+    global _mujoco_warnings_routed
+    if _mujoco_warnings_routed:
+        return
+    _mujoco_warnings_routed = True
+    try:
+        import mujoco
+    except ImportError:
+        return
+    mujoco.set_mju_user_warning(lambda message: log.debug("MuJoCo: %s", message))
 
 
 def id_error(env_id: str) -> str | None:
@@ -43,19 +63,12 @@ def id_error(env_id: str) -> str | None:
 
 
 def make_vector_env(cfg: DictConfig, num_envs: int):
-    """``num_envs`` copies of ``cfg.id`` in a synchronous ``SameStep`` vector env.
-
-    Raises:
-        ValueError: the id has a non-discrete action space.
-    """
-    env = gym.vector.SyncVectorEnv(
+    """``num_envs`` copies of ``cfg.id`` in a synchronous ``SameStep`` vector env (the spaces are checked
+    by :func:`distrl.envs.env_spec`)."""
+    return gym.vector.SyncVectorEnv(
         [lambda: make_single_env(cfg) for _ in range(num_envs)],
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
-    if not isinstance(env.single_action_space, gym.spaces.Discrete):
-        env.close()
-        raise ValueError(f"env.id={cfg.id!r}: only discrete action spaces are supported")
-    return env
 
 
 def is_image(space: gym.Space) -> bool:
@@ -74,6 +87,7 @@ def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
     ``cfg.factory`` where the Python API set them (:mod:`distrl.compat.env_objects`): uint8 images are
     kept as they are, any other observation becomes float32."""
     kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
+    route_mujoco_warnings()
     if cfg.get("factory"):  # a Python-API env factory (distrl.compat.env_objects)
         env = decode_factory(cfg.factory)()
         if cfg.max_episode_steps is not None:
@@ -88,6 +102,6 @@ def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
         channels_first = gym.spaces.Box(0, 255, (view.shape[2], *view.shape[:2]), np.uint8)
         return gym.wrappers.TransformObservation(env, lambda obs: np.ascontiguousarray(obs.transpose(2, 0, 1)),
                                                  channels_first)
-    if is_image(env.observation_space):
-        return env
+    if is_image(env.observation_space) or not isinstance(env.observation_space, gym.spaces.Box):
+        return env  # a space distrl cannot model is refused by distrl.envs.env_spec
     return gym.wrappers.DtypeObservation(env, np.float32)

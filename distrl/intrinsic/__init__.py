@@ -97,4 +97,4 @@ def intrinsic_for_run(cfg: DictConfig, spec, num_envs: int) -> IntrinsicReward |
     """:func:`make_intrinsic` for train config ``cfg`` on env ``spec`` (a :class:`distrl.envs.EnvSpec`)
     with ``num_envs`` envs stepping: Atari's newest frame only, the agent's discount."""
     return make_intrinsic(spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
-                          discount=cfg.agent.discount, num_envs=num_envs, num_actions=spec.num_actions)
+                          discount=cfg.agent.discount, num_envs=num_envs, num_actions=spec.action_space.head_size)

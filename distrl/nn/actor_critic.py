@@ -1,11 +1,14 @@
 """The IMPALA network (:class:`ActorCritic`) and how it is stepped on envs.
 
-An encoder (:mod:`distrl.nn.encoders`); optionally the previous action (one-hot) and reward
-(clipped to [-1, 1]) beside the encoder's features (IMPALA's Fig. 3 feeds them to its LSTM;
+Optionally a running normalisation of vector observations (:mod:`distrl.nn.normalization`); an
+encoder (:mod:`distrl.nn.encoders`); optionally the previous action (one-hot, or a Box's action) and
+reward (clipped to [-1, 1]) beside the encoder's features (IMPALA's Fig. 3 feeds them to its LSTM;
 monobeast's AtariNet concatenates them with or without one); an optional LSTM core; a policy head
-(logits over the discrete actions) and a baseline head (state value), with a second one for the
-value of a non-episodic intrinsic return when a run has one (Burda et al. 2019, Section 2.3;
-:mod:`distrl.intrinsic`).
+(the policy parameters of the action space's distribution, :mod:`distrl.nn.distributions`) and a
+baseline head (state value), with a second one for the value of a non-episodic intrinsic return
+when a run has one (Burda et al. 2019, Section 2.3; :mod:`distrl.intrinsic`). With
+``model.separate_critic`` the baseline heads read an encoder of their own (CleanRL's continuous-control
+agent: separate actor and critic MLPs).
 
 This module knows nothing of processes. :func:`step_policy` is the one way the policy is stepped on
 envs (by the actors and by evaluation): :class:`AgentState` carries what one step hands the next
@@ -18,38 +21,57 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
+from distrl.nn.distributions import ActionSpace
 from distrl.nn.encoders import init_weights, make_encoder
+from distrl.nn.normalization import RunningMeanStd
 from distrl.nn.precision import autocast
 
 CoreState = tuple[torch.Tensor, ...]
 
 
 class ActorCritic(nn.Module):
-    """Encoder -> (LSTM) -> policy logits and baseline, over a ``[T, B]`` unroll.
+    """Encoder -> (LSTM) -> policy parameters and baseline, over a ``[T, B]`` unroll.
 
     Args:
         obs_shape: one observation's shape.
-        num_actions: number of discrete actions A.
-        cfg: the ``model`` config node.
+        action_space: the :class:`ActionSpace` (an int ``A`` means ``Discrete(A)``).
+        cfg: the ``model`` config node (``normalize_obs``, ``separate_critic`` and ``log_std_init``
+            are optional: absent means false, false and 0).
         intrinsic_value: add a second baseline head, ``intrinsic_baseline``, for the value of the
             intrinsic return (:func:`distrl.intrinsic.needs_value_head`).
+        return_norm: keep the running statistics of the discounted return (``return_norm``,
+            ``agent.normalize_returns``): buffers of the network, so that they are saved and published
+            with it; the learner updates and uses them.
+
+    Raises:
+        ValueError: ``model.separate_critic`` with an LSTM core.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: DictConfig, intrinsic_value: bool = False):
+    def __init__(self, obs_shape: tuple[int, ...], action_space: ActionSpace | int, cfg: DictConfig,
+                 intrinsic_value: bool = False, return_norm: bool = False):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
-        self.num_actions = num_actions
+        space = action_space if isinstance(action_space, ActionSpace) else ActionSpace("discrete", (int(action_space),))
+        self.action_space = space
+        self.obs_norm = RunningMeanStd(self.obs_shape) if cfg.get("normalize_obs", False) else None
+        self.return_norm = RunningMeanStd(()) if return_norm else None
         self.encoder = make_encoder(self.obs_shape, cfg)
         # checkpoints written before model.last_action_reward existed have neither input
         self.last_action_reward = bool(cfg.get("last_action_reward", False))
-        core_in = cfg.feature_dim + (num_actions + 1 if self.last_action_reward else 0)
+        core_in = cfg.feature_dim + (space.encoding_size + 1 if self.last_action_reward else 0)
         self.core = nn.LSTM(core_in, cfg.feature_dim) if cfg.use_lstm else None
+        self.critic_encoder = None
+        if cfg.get("separate_critic", False):
+            if self.core is not None:
+                raise ValueError("model.separate_critic=true: not with model.use_lstm=true")
+            self.critic_encoder = make_encoder(self.obs_shape, cfg)
         head_in = cfg.feature_dim if cfg.use_lstm else core_in
-        self.policy = nn.Linear(head_in, num_actions)
+        self.policy = nn.Linear(head_in, space.head_size)
+        self.log_std = (nn.Parameter(torch.full((space.dim,), float(cfg.get("log_std_init", 0.0))))
+                        if space.kind == "box" else None)
         self.baseline = nn.Linear(head_in, 1)
         self.intrinsic_baseline = nn.Linear(head_in, 1) if intrinsic_value else None
         init_weights(self, cfg.init_fn)
@@ -60,6 +82,11 @@ class ActorCritic(nn.Module):
                     nn.init.orthogonal_(head.weight, gain=1.0)
         if len(self.obs_shape) == 3:
             self.to(memory_format=torch.channels_last)
+
+    @property
+    def num_actions(self) -> int:
+        """The policy head's width: the number of logits (the actions of a Discrete space)."""
+        return self.action_space.head_size
 
     def initial_state(self, batch_size: int) -> CoreState:
         """Zero LSTM state ``(h, c)``, each ``[1, B, feature_dim]``; ``()`` without LSTM."""
@@ -72,35 +99,32 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (),
         last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
-        """Policy logits and baseline over an unroll.
+        """Policy parameters and baseline over an unroll.
 
         Args:
             obs: ``[T, B, *obs_shape]`` (uint8 images or float32 vectors).
             first: ``[T, B] bool``, True where ``obs[t]`` starts a new episode; the
                 LSTM state is zeroed before that step, and so are the previous action and reward.
             core_state: LSTM state at ``t = 0`` (``initial_state``), or ``()``.
-            last_action: ``[T, B] int64``, the action taken before ``obs[t]`` (any value where
+            last_action: ``[T, B, *action_shape]``, the action taken before ``obs[t]`` (any value where
                 ``first``); needed with ``model.last_action_reward``, else ignored.
             last_reward: ``[T, B] float32``, the raw reward that action gave; used clipped to [-1, 1].
 
         Returns:
-            ``logits [T, B, A] float32``, ``baseline [T, B] float32`` (float32 under a bf16
-            :func:`autocast` too: the heads' outputs are cast back), the core state after step T-1.
-            With the intrinsic head, ``baseline`` is ``[T, B, 2] float32``: the extrinsic value, then
-            the intrinsic one.
+            ``params [T, B, P] float32`` (the policy parameters, :attr:`ActionSpace.param_size` wide:
+            the logits, or a Gaussian's mean and log-std), ``baseline [T, B] float32`` (float32 under
+            a bf16 :func:`autocast` too: the heads' outputs are cast back), the core state after step
+            T-1. With the intrinsic head, ``baseline`` is ``[T, B, 2] float32``: the extrinsic value,
+            then the intrinsic one.
 
         Raises:
             ValueError: ``model.last_action_reward`` is on and ``last_action`` or ``last_reward`` is None.
         """
         T, B = obs.shape[:2]
-        features = self.encoder(obs.reshape(T * B, *self.obs_shape))
-        if self.last_action_reward:
-            if last_action is None or last_reward is None:
-                raise ValueError("model.last_action_reward=true: forward needs last_action and last_reward")
-            seen = (~first).reshape(T * B, 1).to(features.dtype)  # nothing came before an episode's start
-            one_hot = F.one_hot(last_action.reshape(T * B), self.num_actions).to(features.dtype)
-            reward = last_reward.reshape(T * B, 1).to(features.dtype).clamp(-1.0, 1.0)
-            features = torch.cat([features, one_hot * seen, reward * seen], dim=1)
+        obs = obs.reshape(T * B, *self.obs_shape)
+        if self.obs_norm is not None:
+            obs = self.obs_norm.normalize(obs.float())
+        features = self._with_previous(self.encoder(obs), first, last_action, last_reward)
         if self.core is not None:
             features = features.view(T, B, -1)
             outputs = []
@@ -111,11 +135,28 @@ class ActorCritic(nn.Module):
                 outputs.append(out)
             features = torch.cat(outputs).view(T * B, -1)
             core_state = tuple(s.float() for s in core_state)  # fp32 between steps under bf16 autocast too
-        logits = self.policy(features).view(T, B, self.num_actions).float()  # fp32 under bf16 autocast too
+        params = self.policy(features).view(T, B, -1).float()  # fp32 under bf16 autocast too
+        if self.log_std is not None:
+            params = torch.cat([params, self.log_std.float().expand_as(params)], dim=-1)
+        if self.critic_encoder is not None:
+            features = self._with_previous(self.critic_encoder(obs), first, last_action, last_reward)
         baseline = self.baseline(features).view(T, B).float()
         if self.intrinsic_baseline is not None:
             baseline = torch.stack([baseline, self.intrinsic_baseline(features).view(T, B).float()], dim=-1)
-        return logits, baseline, core_state
+        return params, baseline, core_state
+
+    def _with_previous(self, features: torch.Tensor, first: torch.Tensor, last_action: torch.Tensor | None,
+                       last_reward: torch.Tensor | None) -> torch.Tensor:
+        """``features [T*B, F]`` with the previous action and reward beside them (``model.last_action_reward``)."""
+        if not self.last_action_reward:
+            return features
+        if last_action is None or last_reward is None:
+            raise ValueError("model.last_action_reward=true: forward needs last_action and last_reward")
+        n = features.shape[0]
+        seen = (~first).reshape(n, 1).to(features.dtype)  # nothing came before an episode's start
+        action = self.action_space.encode(last_action.reshape(n, *self.action_space.action_shape), features.dtype)
+        reward = last_reward.reshape(n, 1).to(features.dtype).clamp(-1.0, 1.0)
+        return torch.cat([features, action * seen, reward * seen], dim=1)
 
     @torch.no_grad()
     def act(
@@ -123,22 +164,21 @@ class ActorCritic(nn.Module):
         last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[dict[str, torch.Tensor], CoreState]:
         """One step for ``B`` environments: ``obs [B, *obs_shape]``, ``first [B] bool`` and, with
-        ``model.last_action_reward``, ``last_action [B] int64`` and ``last_reward [B] float32``.
+        ``model.last_action_reward``, ``last_action [B, *action_shape]`` and ``last_reward [B] float32``.
 
         Returns:
-            ``{"action": [B] int64, "policy_logits": [B, A], "baseline": [B]}`` (the extrinsic value)
-            and the new core state. Actions are sampled from the policy, or its argmax if ``deterministic``.
+            ``{"action": [B, *action_shape], "policy_params": [B, P], "baseline": [B]}`` (the extrinsic
+            value) and the new core state. Actions are sampled from the policy's distribution, or its
+            mode if ``deterministic`` (:mod:`distrl.nn.distributions`).
         """
         extra = [None if x is None else x.unsqueeze(0) for x in (last_action, last_reward)]
-        logits, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state, *extra)
-        logits, baseline = logits[0], baseline[0]
+        params, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state, *extra)
+        params, baseline = params[0], baseline[0]
         if baseline.dim() == 2:  # [B, 2] with the intrinsic head
             baseline = baseline[:, 0]
-        if deterministic:
-            action = logits.argmax(dim=-1)
-        else:
-            action = torch.multinomial(F.softmax(logits, dim=-1), 1).squeeze(-1)
-        return {"action": action, "policy_logits": logits, "baseline": baseline}, core_state
+        dist = self.action_space.distribution(params)
+        action = dist.mode() if deterministic else dist.sample()
+        return {"action": action, "policy_params": params, "baseline": baseline}, core_state
 
 
 class AgentState:
@@ -146,7 +186,7 @@ class AgentState:
 
     Attributes:
         first: ``[N] bool``, whether the env's next observation starts an episode (True at first).
-        last_action: ``[N] int64``, the action taken before it (0 at an episode's start).
+        last_action: ``[N, *action_shape]``, the action taken before it (0 at an episode's start).
         last_reward: ``[N] float32``, the raw reward that action gave (0 at an episode's start).
         core: the LSTM state ``(h, c)``, each ``[1, N, H]``; ``()`` without an LSTM.
 
@@ -156,19 +196,21 @@ class AgentState:
     def __init__(self, model: ActorCritic, num_envs: int):
         device = model.policy.weight.device
         self.first = torch.ones(num_envs, dtype=torch.bool, device=device)
-        self.last_action = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        space = model.action_space
+        self.last_action = torch.zeros((num_envs, *space.action_shape), dtype=space.action_dtype, device=device)
         self.last_reward = torch.zeros(num_envs, dtype=torch.float32, device=device)
         self.core = model.initial_state(num_envs)
 
     def after_env_step(self, actions: torch.Tensor, rewards: Any, ended: Any, ids: torch.Tensor | None = None) -> None:
-        """Record what stepping envs ``ids`` (``[k] int64``; None: all) with ``actions`` (``[k] int64``)
+        """Record what stepping envs ``ids`` (``[k] int64``; None: all) with ``actions`` (``[k, *action_shape]``)
         gave: ``rewards`` (``[k]``) and whether the episode ``ended`` (``[k] bool``; the env's next
         observation then starts a new one, with nothing before it). Arrays or tensors."""
         device = self.first.device
         where = slice(None) if ids is None else ids
         ended = torch.as_tensor(ended, dtype=torch.bool, device=device)
         rewards = torch.as_tensor(rewards, dtype=torch.float32, device=device)
-        self.last_action[where] = torch.where(ended, 0, actions.to(device))
+        as_action = ended.view(-1, *[1] * (self.last_action.dim() - 1))
+        self.last_action[where] = torch.where(as_action, 0, actions.to(device, self.last_action.dtype))
         self.last_reward[where] = torch.where(ended, 0.0, rewards)
         self.first[where] = ended
 
@@ -198,7 +240,7 @@ def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: t
         precision: ``fp32`` or ``bf16`` (:func:`autocast`); the outputs are float32 either way.
 
     Returns:
-        ``{"action": [k] int64, "policy_logits": [k, A], "baseline": [k]}`` (:meth:`ActorCritic.act`)
+        ``{"action": [k, *action_shape], "policy_params": [k, P], "baseline": [k]}`` (:meth:`ActorCritic.act`)
         and what the policy saw besides ``obs`` (:class:`StepInputs`), which the actors store beside
         the observation.
     """

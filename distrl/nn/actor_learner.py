@@ -13,8 +13,13 @@ from omegaconf import DictConfig
 from torch import nn
 
 from distrl.nn.actor_critic import ActorCritic, CoreState
+from distrl.nn.distributions import ActionSpace
 from distrl.nn.precision import autocast, cast_matmul_weights
 from distrl.utils.checkpoint import CheckpointError, load_weights
+
+# the distribution classes rllte's freeze(dist=...) may name, per action space kind
+FITTING_DISTRIBUTIONS = {"discrete": ("Categorical",), "multi_discrete": ("MultiCategorical",),
+                         "box": ("DiagonalGaussian", "Normal", "DiagGaussian")}
 
 
 class DistributedActorLearner(nn.Module):
@@ -22,10 +27,11 @@ class DistributedActorLearner(nn.Module):
 
     Args:
         obs_shape: one observation's shape.
-        num_actions: the number of discrete actions.
+        action_space: the :class:`ActionSpace` (an int ``A`` means ``Discrete(A)``).
         model: the ``model`` config node (encoder, feature_dim, hidden_dim, init_fn, use_lstm,
-            last_action_reward, layer_norm).
+            last_action_reward, layer_norm, normalize_obs, separate_critic, log_std_init).
         intrinsic_value: a second value head for an intrinsic return (:class:`ActorCritic`).
+        return_norm: the running statistics of the discounted return (``agent.normalize_returns``).
 
     rllte's signature, ``DistributedActorLearner(observation_space, action_space, feature_dim, ...)``,
     is :class:`distrl.compat.rllte.DistributedActorLearner`, which builds this. The actor copy is put
@@ -36,10 +42,11 @@ class DistributedActorLearner(nn.Module):
         optimizers: rllte's optimizer dict (empty here: distrl's trainer makes its own from ``agent.*``).
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, model: DictConfig, intrinsic_value: bool = False):
+    def __init__(self, obs_shape: tuple[int, ...], action_space: ActionSpace | int, model: DictConfig,
+                 intrinsic_value: bool = False, return_norm: bool = False):
         super().__init__()
-        self.learner = ActorCritic(tuple(obs_shape), num_actions, model, intrinsic_value)
-        self.actor = ActorCritic(tuple(obs_shape), num_actions, model, intrinsic_value)
+        self.learner = ActorCritic(tuple(obs_shape), action_space, model, intrinsic_value, return_norm)
+        self.actor = ActorCritic(tuple(obs_shape), action_space, model, intrinsic_value, return_norm)
         self.actor.load_state_dict(self.learner.state_dict())
         self.actor_precision = "fp32"
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
@@ -58,8 +65,9 @@ class DistributedActorLearner(nn.Module):
             encoder: rllte's custom encoder, ``[N, *obs_shape] -> [N, feature_dim]`` float32, given the
                 observations as the actors store them (``uint8`` images, ``float32`` vectors): it
                 replaces the configured one in both copies (the learner's is trained). None: keep it.
-            dist: the action distribution; only the categorical one (None, or a class named
-                ``Categorical``) is offered.
+            dist: the action distribution, by its class's name (rllte's): None, or one that fits the
+                action space (``Categorical`` for Discrete; ``MultiCategorical`` for MultiDiscrete;
+                ``DiagonalGaussian``, ``Normal`` or ``DiagGaussian`` for a Box).
             actor_precision: the arithmetic of the actors' inference (:attr:`actor_precision`). With
                 ``bf16`` the actor copy keeps its convolutions' and linear layers' weights in bf16
                 (:func:`cast_matmul_weights`; :meth:`publish` casts into them), so it must
@@ -68,13 +76,17 @@ class DistributedActorLearner(nn.Module):
         Raises:
             ValueError: another distribution, or an encoder whose output is not ``feature_dim`` wide.
         """
-        if dist is not None and getattr(dist, "__name__", type(dist).__name__) != "Categorical":
-            raise ValueError(f"dist={dist!r}: distrl's policy is categorical (discrete actions)")
+        if dist is not None:
+            name = getattr(dist, "__name__", type(dist).__name__)
+            kind = self.learner.action_space.kind
+            if name not in FITTING_DISTRIBUTIONS[kind]:
+                raise ValueError(f"dist={name}: the action space is {self.learner.action_space.describe()}; "
+                                 f"use {' or '.join(FITTING_DISTRIBUTIONS[kind])}")
         if encoder is not None:
             shape = self.learner.obs_shape
             with torch.no_grad():
                 out = encoder(torch.zeros(1, *shape, dtype=torch.uint8 if len(shape) == 3 else torch.float32))
-            width = self.learner.policy.in_features - (self.learner.num_actions + 1
+            width = self.learner.policy.in_features - (self.learner.action_space.encoding_size + 1
                                                         if self.learner.last_action_reward else 0)
             if self.learner.core is not None:
                 width = self.learner.core.input_size
@@ -93,12 +105,14 @@ class DistributedActorLearner(nn.Module):
         self.actor.share_memory()
 
     def explore(self, obs: torch.Tensor, first: torch.Tensor | None = None) -> torch.Tensor:
-        """Actions ``[B] int64`` sampled by the actor copy (the behaviour policy) for ``obs
+        """Actions ``[B, *action_shape]`` sampled by the actor copy (the behaviour policy) for ``obs
         [B, *obs_shape]`` (``first [B] bool``: episode starts; None: all). From a zero LSTM state,
         with action 0 and reward 0 as the previous ones; :func:`step_policy` carries the real ones."""
         n = obs.shape[0]
         first = torch.ones(n, dtype=torch.bool) if first is None else first
-        nothing_before = torch.zeros(n, dtype=torch.int64), torch.zeros(n)  # the previous action and reward
+        space = self.actor.action_space
+        nothing_before = (torch.zeros((n, *space.action_shape), dtype=space.action_dtype),
+                          torch.zeros(n))  # the previous action and reward
         with autocast(self.actor_precision):
             out, _ = self.actor.act(obs, first, self.actor.initial_state(n), False, *nothing_before)
         return out["action"]
@@ -107,7 +121,7 @@ class DistributedActorLearner(nn.Module):
         self, obs: torch.Tensor, first: torch.Tensor | None = None, core_state: CoreState = (),
         deterministic: bool = False, last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, CoreState]:
-        """Actions ``[B] int64`` of the learner copy (target policy) for ``obs [B, *obs_shape]``
+        """Actions ``[B, *action_shape]`` of the learner copy (target policy) for ``obs [B, *obs_shape]``
         (and the previous action and reward, see :meth:`ActorCritic.act`); for inference only."""
         first = torch.ones(obs.shape[0], dtype=torch.bool, device=obs.device) if first is None else first
         out, core_state = self.learner.act(obs, first, core_state, deterministic, last_action, last_reward)
@@ -120,10 +134,13 @@ class DistributedActorLearner(nn.Module):
 
     @torch.no_grad()
     def publish(self) -> None:
-        """Copy the learner's weights into the (shared-memory) actor copy (cast to bf16 where
+        """Copy the learner's weights and buffers (the running statistics of
+        :mod:`distrl.nn.normalization`) into the (shared-memory) actor copy (cast to bf16 where
         :meth:`freeze` made the actor copy's weights bf16)."""
         for actor_p, learner_p in zip(self.actor.parameters(), self.learner.parameters(), strict=True):
             actor_p.copy_(learner_p, non_blocking=False)
+        for actor_b, learner_b in zip(self.actor.buffers(), self.learner.buffers(), strict=True):
+            actor_b.copy_(learner_b, non_blocking=False)
 
     def save(self, path: str | Path, pretraining: bool = False, global_step: int | None = None) -> Path:
         """Write the learner's ``state_dict`` (weights only; :meth:`load` and

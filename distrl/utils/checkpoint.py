@@ -7,7 +7,7 @@ A checkpoint is a dict of tensors and plain Python values, so it loads with
 ``agent_steps``, ``frames``, ``updates``, ``last_eval_step``,
 ``last_save_step``, ``best_eval_return``, ``config`` (the resolved config
 as a plain container), ``rng`` (torch, numpy and Python RNG states as
-tensors/lists), ``obs_shape``, ``num_actions``, ``pretraining`` (a reward-free
+tensors/lists), ``obs_shape``, ``action_space`` (and ``num_actions`` for a Discrete one), ``pretraining`` (a reward-free
 run's), ``precision`` (the learner's, ``fp32`` or ``bf16``, as resolved) and,
 with an intrinsic reward, ``intrinsic`` (its networks, running statistics and
 optimizer: :mod:`distrl.intrinsic`). The learning rate and the
@@ -237,13 +237,23 @@ def _safe_load(path: Path, map_location: Any) -> dict[str, Any]:
 
 
 MODEL_KEYS = ("encoder", "feature_dim", "hidden_dim", "use_lstm")
+OPTIONAL_MODEL_KEYS = ("normalize_obs", "separate_critic")
 # The env settings that make a different task: another game, or other observations or actions.
 ENV_KEYS = ("kind", "id", "frameskip", "frame_stack", "img_size", "full_action_space")
 
 
-def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> str | None:
+def saved_action_space(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's action space as plain values (``distrl.nn.distributions.ActionSpace.as_dict``);
+    a checkpoint written before continuous actions has ``num_actions`` alone (Discrete)."""
+    if "action_space" in state:
+        return state["action_space"]
+    return {"kind": "discrete", "nvec": [state.get("num_actions")], "low": [], "high": []}
+
+
+def incompatibility(state: dict[str, Any], cfg, obs_shape, action_space: dict[str, Any]) -> str | None:
     """Why checkpoint ``state`` cannot continue a run of ``cfg``, or None if it can: another env
-    (``ENV_KEYS``), another intrinsic reward module, observation shape, action count, network
+    (``ENV_KEYS``), another intrinsic reward module, observation shape, action space
+    (``action_space``: plain values, as :func:`saved_action_space` gives), network
     (``MODEL_KEYS``) or optimizer (``agent.optimizer``: its state holds another optimizer's
     statistics; another loss with the same optimizer may continue)."""
     saved_env = state["config"].get("env", {})
@@ -252,8 +262,9 @@ def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> 
             return f"env.{key}={saved_env[key]!r} in the checkpoint, env.{key}={cfg.env[key]!r} here"
     if list(state.get("obs_shape", [])) != list(obs_shape):
         return f"observation shape {tuple(state.get('obs_shape', []))} in the checkpoint, {tuple(obs_shape)} here"
-    if state.get("num_actions") != num_actions:
-        return f"{state.get('num_actions')} actions in the checkpoint, {num_actions} here"
+    saved_space = saved_action_space(state)
+    if saved_space != action_space:
+        return f"action space {_space_text(saved_space)} in the checkpoint, {_space_text(action_space)} here"
     saved_intrinsic = state["config"].get("intrinsic", {}).get("name", "none")
     here = cfg.get("intrinsic", {}).get("name", "none")
     if saved_intrinsic != here:
@@ -262,7 +273,13 @@ def incompatibility(state: dict[str, Any], cfg, obs_shape, num_actions: int) -> 
     for key in MODEL_KEYS:
         if saved.get(key) != cfg.model[key]:
             return f"model.{key}={saved.get(key)!r} in the checkpoint, {cfg.model[key]!r} here"
+    for key in OPTIONAL_MODEL_KEYS:  # absent in checkpoints older than these keys: false
+        if bool(saved.get(key, False)) != bool(cfg.model.get(key, False)):
+            return f"model.{key}={saved.get(key, False)!r} in the checkpoint, {cfg.model.get(key, False)!r} here"
     saved_agent = state["config"].get("agent", {})
+    if bool(saved_agent.get("normalize_returns", False)) != bool(cfg.agent.get("normalize_returns", False)):
+        return (f"agent.normalize_returns={saved_agent.get('normalize_returns', False)!r} in the checkpoint, "
+                f"{cfg.agent.get('normalize_returns', False)!r} here")
     if saved_agent.get("optimizer", cfg.agent.optimizer) != cfg.agent.optimizer:
         name = saved_agent.get("name")
         return (f"agent.optimizer={saved_agent['optimizer']!r} (agent={name}) in the checkpoint, "
@@ -301,3 +318,9 @@ def find_resume_checkpoint(resume: Any, run_dir: str | os.PathLike) -> Path | No
     if path.is_file():
         return path
     raise CheckpointError(f"resume={resume}: no checkpoint there (give a .pt file or a run directory)")
+
+
+def _space_text(space: dict[str, Any]) -> str:
+    if space["kind"] == "discrete":
+        return f"{space['nvec'][0]} actions"
+    return f"Box({len(space['low'])})" if space["kind"] == "box" else f"MultiDiscrete{space['nvec']}"

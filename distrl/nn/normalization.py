@@ -1,0 +1,70 @@
+"""Running statistics the continuous-control protocols rely on: observation normalisation and
+reward scaling by the running standard deviation of the discounted return.
+
+:class:`RunningMeanStd` keeps a running mean and variance in buffers of the network, so that one
+set of statistics per run is published to the actors with the weights
+(:meth:`distrl.nn.actor_learner.DistributedActorLearner.publish`), saved in checkpoints and frozen
+during evaluation (nothing updates them but the learner). The learner updates them from every batch
+(:meth:`update` with the batch's moments; with several ranks the moments are summed across ranks first,
+so every rank keeps the same statistics). The merge of two sets of moments is Chan et al. 1979
+("Updating formulae and a pairwise algorithm for computing sample variances"), as Gymnasium's
+``NormalizeObservation`` and OpenAI Baselines' ``RunningMeanStd`` compute it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RunningMeanStd(nn.Module):
+    """Running mean and variance of a stream of ``[N, *shape]`` samples.
+
+    Args:
+        shape: one sample's shape (``()`` for scalars).
+        clip: normalised values are clipped to ``[-clip, clip]`` (CleanRL and Gymnasium's wrappers: 10).
+        epsilon: added to the variance before the square root, and the count of the prior moments
+            (mean 0, variance 1), as in Baselines.
+
+    Buffers (float64 for the sums' precision over millions of samples): ``mean [*shape]``,
+    ``var [*shape]``, ``count []``.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), clip: float = 10.0, epsilon: float = 1e-8):
+        super().__init__()
+        self.clip, self.epsilon = clip, epsilon
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @staticmethod
+    def moments(samples: torch.Tensor, ndim: int) -> torch.Tensor:
+        """``[count, sum x, sum x^2]`` over all but the last ``ndim`` dimensions of ``samples``, as one
+        float64 tensor ``[3, *shape]`` (summable across ranks)."""
+        x = samples.double().reshape(-1, *samples.shape[samples.dim() - ndim:])
+        count = torch.full_like(x[0], float(x.shape[0]))
+        return torch.stack([count, x.sum(0), (x * x).sum(0)])
+
+    @torch.no_grad()
+    def update(self, moments: torch.Tensor) -> None:
+        """Merge a batch's :meth:`moments` into the statistics."""
+        count = moments[0].reshape(-1)[0]
+        if count <= 0:
+            return
+        mean = moments[1] / count
+        var = (moments[2] / count - mean * mean).clamp(min=0.0)
+        delta = mean - self.mean
+        total = self.count + count
+        self.mean += delta * count / total
+        self.var.copy_((self.var * self.count + var * count + delta * delta * self.count * count / total) / total)
+        self.count.copy_(total)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``clip((x - mean) / sqrt(var + eps))``, in ``x``'s float dtype."""
+        mean = self.mean.to(x.dtype)
+        std = torch.sqrt(self.var + self.epsilon).to(x.dtype)
+        return ((x - mean) / std).clamp(-self.clip, self.clip)
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """``clip(x / sqrt(var + eps))``: scaled, not centred (reward scaling)."""
+        return (x / torch.sqrt(self.var + self.epsilon).to(x.dtype)).clamp(-self.clip, self.clip)
