@@ -33,7 +33,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
     cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1", "precision=fp32"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
-    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
+    policy = DistributedActorLearner(spec.obs_shape, spec.action_space, cfg.model)
     policy.freeze()
     ctx = mp.get_context("spawn")
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
@@ -98,7 +98,7 @@ def test_slots_hold_contiguous_trajectories(overrides):
         with torch.no_grad():
             logits, baseline, _ = policy.actor(obs.unsqueeze(1), first.unsqueeze(1), core,
                                                slot["last_action"].unsqueeze(1), slot["last_reward"].unsqueeze(1))
-        torch.testing.assert_close(slot["policy_logits"], logits[:, 0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(slot["policy_params"], logits[:, 0], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(slot["baseline"], baseline[:, 0], rtol=1e-4, atol=1e-4)
         truncated_rows = slot["truncated"][:-1] & ~slot["terminated"][:-1]
         assert (slot["truncation_value"][:-1][truncated_rows] != 0).all()
@@ -113,6 +113,6 @@ def test_slots_hold_contiguous_trajectories(overrides):
         if env in previous:
             earlier = previous[env]
             assert torch.equal(earlier["obs"][T], slot["obs"][0]) and earlier["action"][T] == slot["action"][0]
-            assert torch.equal(earlier["policy_logits"][T], slot["policy_logits"][0])
+            assert torch.equal(earlier["policy_params"][T], slot["policy_params"][0])
         previous[env] = slot
     assert sorted(previous) == list(range(N_ENVS))

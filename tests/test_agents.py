@@ -100,7 +100,7 @@ def test_an_update_makes_epochs_times_minibatches_steps_on_whole_unrolls_each_wi
 
 def test_the_loss_is_the_agents_own_by_name():
     cfg = compose_train(["experiment=cartpole"])
-    assert isinstance(make_loss(cfg.agent), ImpalaLoss)
+    assert isinstance(make_loss(cfg.agent, 2), ImpalaLoss)
     cfg = compose_train(["experiment=cartpole", "agent=appo"])
-    loss = make_loss(cfg.agent)
+    loss = make_loss(cfg.agent, 2)
     assert isinstance(loss, AppoLoss) and (loss.num_epochs, loss.num_minibatches) == (4, 4)

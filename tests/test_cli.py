@@ -70,8 +70,8 @@ def test_a_bad_command_fails_with_one_line_and_starts_nothing(case, failed):
 def test_help_lists_only_what_a_user_may_choose(capsys):
     assert cli.main(["train", "experiment=cartpole", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "experiment:  cartpole, image_cue, image_cue_memory, minigrid, sparse_chain" in out
-    assert "env:         atari, gym, image_cue, image_cue_memory, minigrid, sparse_chain" in out
+    assert "experiment:  cartpole, image_cue, image_cue_memory, minigrid, mujoco, sparse_chain" in out
+    assert "env:         atari, gym, image_cue, image_cue_memory, minigrid, mujoco, sparse_chain" in out
     assert "intrinsic:   e3b, none, re3, rnd" in out
     assert "_schema" not in out
     assert "id: CartPole-v1" in out and "lr: 0.005" in out  # the composed keys, with the preset

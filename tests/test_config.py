@@ -29,7 +29,8 @@ def test_the_config_groups_are_there():
 @pytest.mark.parametrize("env", options("env"))
 @pytest.mark.parametrize("agent", options("agent"))
 def test_every_env_and_agent_composes_and_validates(env, agent):
-    model = {"gym": ["model=mlp"], "sparse_chain": ["model=mlp"], "minigrid": ["model=minigrid_cnn"]}.get(env, [])
+    model = {"gym": ["model=mlp"], "sparse_chain": ["model=mlp"], "mujoco": ["model=mlp"],
+             "minigrid": ["model=minigrid_cnn"]}.get(env, [])
     cfg = compose_train([f"env={env}", f"agent={agent}", *model])
     validate(cfg)
     assert cfg.env.kind in ("atari", "gym")
@@ -37,7 +38,7 @@ def test_every_env_and_agent_composes_and_validates(env, agent):
 
 @pytest.mark.parametrize("model", options("model"))
 def test_every_model_composes_with_a_matching_env(model):
-    envs = {"mlp": ["gym", "sparse_chain"], "minigrid_cnn": ["minigrid"],
+    envs = {"mlp": ["gym", "sparse_chain", "mujoco"], "minigrid_cnn": ["minigrid"],
             "impala_resnet": ["atari", "image_cue", "image_cue_memory", "minigrid"]}.get(
         model, ["atari", "image_cue", "image_cue_memory"])
     for env in envs:

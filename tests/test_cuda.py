@@ -26,6 +26,7 @@ from distrl.engine.queues import drain
 from distrl.engine.schedule import Schedule
 from distrl.engine.storage import BatchSource, RolloutStorage
 from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.utils.checkpoint import load_checkpoint
 
@@ -79,7 +80,8 @@ def test_prefetched_batches_on_cuda_hold_the_slots_the_learner_took():
     """``train.prefetch`` on CUDA: the prefetching thread copies on a stream of its own; the batch
     the learner thread gets equals the slots' contents, and stays so while that stream copies the
     next batch into fresh memory."""
-    layout = RolloutLayout(num_steps=31, obs_shape=(4, 84, 84), obs_dtype=torch.uint8, num_actions=6)
+    layout = RolloutLayout(num_steps=31, obs_shape=(4, 84, 84), obs_dtype=torch.uint8,
+                           action_space=ActionSpace("discrete", (6,)))
     storage = RolloutStorage(layout, 8, multiprocessing.get_context("fork"))
     storage.buffers["obs"].random_(0, 255)
     drain(storage.free_queue)

@@ -44,9 +44,11 @@ def test_the_discrete_losses_and_gradients_are_those_of_30df573_bit_for_bit(agen
     reference = torch.load(REFERENCE, weights_only=True)[f"{agent}-{'two' if two_heads else 'one'}"]
     cfg = compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala" else ["agent=appo"])
     batch, logits, values = fixed_batch(two_heads=two_heads)
-    terms = make_loss(cfg.agent, ActionSpace("discrete", (6,)))(batch, logits, values, 0.01, 0.5 if two_heads else 0.0)
+    loss = make_loss(cfg.agent, ActionSpace("discrete", (6,)))
+    terms = loss(batch, logits, values, 0.01, 0.5 if two_heads else 0.0)
     terms.total.backward()
-    assert torch.equal(torch.stack([terms.total, terms.policy, terms.value, terms.entropy]).detach(), reference["terms"])
+    got = torch.stack([terms.total, terms.policy, terms.value, terms.entropy]).detach()
+    assert torch.equal(got, reference["terms"])
     assert torch.equal(logits.grad, reference["logits_grad"])
     assert torch.equal(values.grad, reference["values_grad"])
 

@@ -100,12 +100,12 @@ def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
     cfg = compose_train(["experiment=minigrid", "env.id=MiniGrid-DoorKey-16x16-v0"])
     validate(cfg)
     spec = env_spec(cfg.env)
-    assert spec.obs_shape == (3, 7, 7) and spec.is_image and spec.num_actions == 7
+    assert spec.obs_shape == (3, 7, 7) and spec.is_image and spec.action_space.nvec == (7,)
     env = make_vector_env(cfg.env, 2)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (2, 3, 7, 7) and obs.dtype == np.uint8 and 0 < obs.max() <= 10
     env.close()
-    model = ActorCritic(spec.obs_shape, spec.num_actions, cfg.model)
+    model = ActorCritic(spec.obs_shape, spec.action_space, cfg.model)
     logits, values, _ = model(torch.from_numpy(obs).unsqueeze(0), torch.ones(1, 2, dtype=torch.bool))
     assert logits.shape == (1, 2, 7) and values.shape == (1, 2)
     with pytest.raises(ConfigError, match="^model.encoder='nature_cnn' is not allowed: one that takes images of 7 "

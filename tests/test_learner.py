@@ -47,7 +47,7 @@ def on_policy_batch(policy, seed: int = 0, device: torch.device | str = "cpu") -
         logits, values, _ = policy.learner(obs, first)
     return {
         "obs": obs, "first": first, "action": torch.randint(0, A, (T + 1, B), generator=g).to(device),
-        "policy_logits": logits, "baseline": values,
+        "policy_params": logits, "baseline": values,
         "reward": (torch.rand(T + 1, B, generator=g) * 2 - 1).to(device),  # inside the reward clip
         "terminated": torch.zeros(T + 1, B, dtype=torch.bool, device=device),
         "truncated": torch.zeros(T + 1, B, dtype=torch.bool, device=device),
@@ -223,7 +223,7 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
     with torch.no_grad():
         logits, values, _ = policy.learner(obs, first)
     batch = {"obs": obs, "first": first, "action": torch.randint(0, 6, (steps + 1, envs)),
-             "policy_logits": logits, "baseline": values, "reward": torch.zeros(steps + 1, envs),
+             "policy_params": logits, "baseline": values, "reward": torch.zeros(steps + 1, envs),
              "terminated": torch.zeros(steps + 1, envs, dtype=torch.bool),
              "truncated": torch.zeros(steps + 1, envs, dtype=torch.bool),
              "truncation_value": torch.zeros(steps + 1, envs), "policy_version": torch.zeros(envs, dtype=torch.int64)}

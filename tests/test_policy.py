@@ -25,9 +25,9 @@ def test_actor_and_learner_copies(tmp_path):
     actions = policy.explore(obs, first)
     assert actions.shape == (3,) and actions.dtype == torch.int64
     out, _ = policy.actor.act(obs, first)
-    assert out["policy_logits"].shape == (3, 6) and out["baseline"].shape == (3,)
+    assert out["policy_params"].shape == (3, 6) and out["baseline"].shape == (3,)
     greedy, _ = policy(obs, first, deterministic=True)
-    assert torch.equal(greedy, out["policy_logits"].argmax(-1))  # both copies hold the same weights
+    assert torch.equal(greedy, out["policy_params"].argmax(-1))  # both copies hold the same weights
 
     with torch.no_grad():
         for p in policy.learner.parameters():

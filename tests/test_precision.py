@@ -79,7 +79,7 @@ def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
     g = torch.Generator().manual_seed(0)
     actions = torch.multinomial(F.softmax(logits32.flatten(0, 1), -1), 1, generator=g).view(T1, B)  # the actors'
     batch = {"obs": obs, "first": first, "action": actions,
-             "policy_logits": logits32, "reward": torch.randint(-1, 2, (T1, B), generator=g).float(),
+             "policy_params": logits32, "reward": torch.randint(-1, 2, (T1, B), generator=g).float(),
              "terminated": torch.zeros(T1, B, dtype=torch.bool), "truncated": torch.zeros(T1, B, dtype=torch.bool),
              "truncation_value": torch.zeros(T1, B), "policy_version": torch.zeros(B, dtype=torch.int64)}
     cfg.train.num_train_steps = 10**9

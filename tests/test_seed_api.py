@@ -163,7 +163,7 @@ def test_the_seed_shaped_actor_learner():
     pair.freeze(encoder=encoder, dist=torch.distributions.Categorical)
     actions = pair.explore(torch.zeros(2, 4, 84, 84, dtype=torch.uint8))
     assert actions.shape == (2,) and pair.learner.encoder is encoder
-    with pytest.raises(ValueError, match="categorical"):
+    with pytest.raises(ValueError, match="dist=Normal: the action space is 6 actions; use Categorical"):
         pair.freeze(dist=torch.distributions.Normal)
-    with pytest.raises(ValueError, match="Discrete"):
-        DistributedActorLearner(space, gym.spaces.Box(-1, 1, (2,)), feature_dim=64)
+    with pytest.raises(ValueError, match="distrl models Discrete"):
+        DistributedActorLearner(space, gym.spaces.MultiBinary(2), feature_dim=64)

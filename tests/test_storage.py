@@ -15,6 +15,7 @@ import torch
 from distrl.config.host import max_indices
 from distrl.engine.queues import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, drain
 from distrl.engine.storage import BatchSource, RolloutStorage
+from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
@@ -66,7 +67,8 @@ def test_thousands_of_slots_are_allocated_accounted_for_and_released():
     """A queue holds every slot index at once (a run with 6,000 slots once never exited, its
     multiprocessing.Queue's feeder thread blocked on a full pipe)."""
     assert max_indices() >= 6000
-    layout = RolloutLayout(num_steps=20, obs_shape=(4,), obs_dtype=torch.float32, num_actions=2)
+    layout = RolloutLayout(num_steps=20, obs_shape=(4,), obs_dtype=torch.float32,
+                           action_space=ActionSpace("discrete", (2,)))
     storage = RolloutStorage(layout, 6000, CTX)
     assert storage.free_queue.qsize() == 6000
     taken = [storage.free_queue.get() for _ in range(100)]
@@ -91,7 +93,8 @@ def test_a_learners_batches_are_its_full_slots_in_order_each_freed_once(prefetch
     """``BatchSource`` (``train.prefetch``): B slots in the order the full queue gave them, copied and
     freed; with prefetching the next batch is copied while this one is used. A stop ends every wait,
     and afterwards every slot is free once and no thread is left."""
-    layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32, num_actions=2)
+    layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32,
+                           action_space=ActionSpace("discrete", (2,)))
     storage = RolloutStorage(layout, 8, CTX)
     for index in range(8):
         storage.buffers["env_id"][index] = 100 + index
@@ -129,7 +132,8 @@ def test_a_learners_batches_are_its_full_slots_in_order_each_freed_once(prefetch
 def test_a_prefetching_threads_error_is_raised_in_the_learner_thread():
     """A slot index that no storage holds (a corrupt queue) fails the copy in the prefetching thread;
     the learner thread's ``next`` raises it, so the run stops with the cause."""
-    layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32, num_actions=2)
+    layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32,
+                           action_space=ActionSpace("discrete", (2,)))
     storage = RolloutStorage(layout, 4, CTX)
     storage.full_queue.put(99)
     source = BatchSource(storage, 1, torch.device("cpu"), threading.Event(), {}, "learner", prefetch=True)

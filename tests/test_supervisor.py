@@ -15,6 +15,7 @@ from distrl.engine.distributed import CollectiveFailed
 from distrl.engine.learner import LearnerStats
 from distrl.engine.storage import Channels, RolloutStorage
 from distrl.engine.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
+from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
@@ -31,7 +32,8 @@ def _sleeps(actor_id: int, ctx: ActorContext) -> None:
 
 
 def workers(target, max_restarts: int, window: float = 600.0):
-    layout = RolloutLayout(num_steps=4, obs_shape=(3,), obs_dtype=torch.float32, num_actions=2)
+    layout = RolloutLayout(num_steps=4, obs_shape=(3,), obs_dtype=torch.float32,
+                           action_space=ActionSpace("discrete", (2,)))
     storage = RolloutStorage(layout, 8, CTX)
     channels = Channels.create(storage, CTX, 1)
     ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, buffers=storage.buffers,

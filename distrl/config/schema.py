@@ -78,7 +78,7 @@ class AgentConfig:
     normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each (mini)batch
     # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
-    normalize_returns: bool = False
+    normalize_returns: bool = MISSING
 
 
 @dataclass
@@ -103,9 +103,9 @@ class ModelConfig:
     use_lstm: bool = MISSING
     last_action_reward: bool = MISSING  # the previous action and reward as inputs beside the features
     layer_norm: bool = MISSING  # a LayerNorm before each activation of the encoder (not impala_resnet)
-    normalize_obs: bool = False  # vector observations normalised by running statistics (mlp only)
-    separate_critic: bool = False  # the baseline reads an encoder of its own (not with use_lstm)
-    log_std_init: float = 0.0  # Box actions: the Gaussian's state-independent log-std at the start
+    normalize_obs: bool = MISSING  # vector observations normalised by running statistics (mlp only)
+    separate_critic: bool = MISSING  # the baseline reads an encoder of its own (not with use_lstm)
+    log_std_init: float = MISSING  # Box actions: the Gaussian's state-independent log-std at the start
 
 
 @dataclass
@@ -136,7 +136,7 @@ class TrainBlock:
     eval_interval: int = MISSING
     save_interval: int = MISSING
     num_eval_episodes: int = MISSING
-    eval_deterministic: bool = False  # evaluations act with the distribution's mode, not a sample
+    eval_deterministic: bool = MISSING  # evaluations act with the distribution's mode, not a sample
     keep_checkpoints: int = MISSING
     th_compile: bool = MISSING
     compile_mode: str = MISSING  # torch.compile's mode: default | reduce-overhead | max-autotune

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 
-from distrl.agents import STEPS, LossTerms, make_loss
+from distrl.agents import LossTerms, make_loss
 from distrl.engine.distributed import Ranks
 from distrl.engine.schedule import Position, Schedule
 from distrl.engine.storage import Batch, BatchSource, RolloutStorage
 from distrl.intrinsic import IntrinsicReward
 from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.normalization import normalise_batch
 from distrl.nn.precision import autocast
 
 log = logging.getLogger(__name__)
@@ -150,11 +151,8 @@ class Learner:
         as the last finite step left them; the count still advances).
 
         With an intrinsic reward module, its rewards are computed once, before the epochs, and the
-        module is trained on the batch after them (not after a non-finite update). Running
-        statistics of the network (:mod:`distrl.nn.normalization`: ``model.normalize_obs``,
-        ``agent.normalize_returns``) are updated from the batch first (summed across ranks), and with
-        ``agent.normalize_returns`` the loss sees the rewards divided by the running std of the
-        discounted return.
+        module is trained on the batch after them (not after a non-finite update). The network's
+        running statistics are updated from the batch first (:func:`distrl.nn.normalization.normalise_batch`).
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
@@ -172,7 +170,7 @@ class Learner:
         with self.lock:
             position = self.position
             self.last_obs = batch["obs"]
-            batch = self._normalise(batch, stop)
+            batch = normalise_batch(self.policy.learner, batch, self.ranks.sum_ if self.ranks.enabled else None, stop)
             intrinsic = {}
             if self.intrinsic is not None:
                 raw, normalised = self.intrinsic.rewards(batch)
@@ -199,22 +197,6 @@ class Learner:
         return {**reported, "learning_rate": position.learning_rate,
                 "entropy_cost": position.entropy_cost, "finite": finite, "publish_seconds": publish_seconds,
                 **intrinsic}
-
-    def _normalise(self, batch: dict[str, torch.Tensor], stop: threading.Event | None) -> dict[str, torch.Tensor]:
-        """Update the network's running statistics from ``batch`` (its T steps, not the bootstrap row
-        the next slot repeats) and return the batch the loss sees: with return statistics, its
-        rewards scaled by them."""
-        net = self.policy.learner
-        for norm, key in ((net.obs_norm, "obs"), (net.return_norm, "discounted_return")):
-            if norm is None:
-                continue
-            moments = norm.moments(batch[key][STEPS], norm.mean.dim())
-            if self.ranks.enabled:
-                self.ranks.sum_(moments, stop)
-            norm.update(moments)
-        if net.return_norm is not None:
-            batch = {**batch, "reward": net.return_norm.scale(batch["reward"])}
-        return batch
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> LossTerms:

@@ -43,6 +43,14 @@ def route_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(lambda message: log.debug("MuJoCo: %s", message))
 
 
+def _is_mujoco(cfg: DictConfig) -> bool:
+    """Whether ``cfg.id`` is one of Gymnasium's MuJoCo tasks (importing mujoco starts a process that
+    asks for glfw's version: only for these)."""
+    env_id = cfg.id.split(":", 1)[-1]
+    spec = gym.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("gymnasium.envs.mujoco")
+
+
 def id_error(env_id: str) -> str | None:
     """Why ``env_id`` is not a usable Gymnasium id for this env kind, or None.
 
@@ -87,7 +95,8 @@ def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
     ``cfg.factory`` where the Python API set them (:mod:`distrl.compat.env_objects`): uint8 images are
     kept as they are, any other observation becomes float32."""
     kwargs = {} if cfg.max_episode_steps is None else {"max_episode_steps": cfg.max_episode_steps}
-    route_mujoco_warnings()
+    if _is_mujoco(cfg):
+        route_mujoco_warnings()
     if cfg.get("factory"):  # a Python-API env factory (distrl.compat.env_objects)
         env = decode_factory(cfg.factory)()
         if cfg.max_episode_steps is not None:
@@ -104,4 +113,9 @@ def make_single_env(cfg: DictConfig, render_mode: str | None = None) -> gym.Env:
                                                  channels_first)
     if is_image(env.observation_space) or not isinstance(env.observation_space, gym.spaces.Box):
         return env  # a space distrl cannot model is refused by distrl.envs.env_spec
-    return gym.wrappers.DtypeObservation(env, np.float32)
+    space = env.observation_space
+    if space.dtype == np.float32:
+        return env
+    # the float32 space built from float32 bounds (Gymnasium warns when it casts float64 bounds itself)
+    floats = gym.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), space.shape, np.float32)
+    return gym.wrappers.TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), floats)

@@ -13,8 +13,12 @@ so every rank keeps the same statistics). The merge of two sets of moments is Ch
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
+
+from distrl.rollout import STEPS
 
 
 class RunningMeanStd(nn.Module):
@@ -68,3 +72,25 @@ class RunningMeanStd(nn.Module):
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """``clip(x / sqrt(var + eps))``: scaled, not centred (reward scaling)."""
         return (x / torch.sqrt(self.var + self.epsilon).to(x.dtype)).clamp(-self.clip, self.clip)
+
+
+def normalise_batch(net: nn.Module, batch: dict[str, torch.Tensor],
+                    sum_across_ranks: Callable[[torch.Tensor, object], None] | None = None,
+                    stop: object = None) -> dict[str, torch.Tensor]:
+    """Update the running statistics of ``net`` (an :class:`distrl.nn.actor_critic.ActorCritic`:
+    ``obs_norm`` with ``model.normalize_obs``, ``return_norm`` with ``agent.normalize_returns``) from
+    the T steps of a ``[T+1, B]`` ``batch`` (row T is the next slot's row 0), and return the batch the
+    loss sees: with ``return_norm``, its rewards divided by the discounted return's running std.
+
+    ``sum_across_ranks(moments, stop)``: with several ranks, sums each batch's moments across them
+    in place first, so every rank merges the same statistics; None: one rank."""
+    for norm, key in ((net.obs_norm, "obs"), (net.return_norm, "discounted_return")):
+        if norm is None:
+            continue
+        moments = norm.moments(batch[key][STEPS], norm.mean.dim())
+        if sum_across_ranks is not None:
+            sum_across_ranks(moments, stop)
+        norm.update(moments)
+    if net.return_norm is not None:
+        batch = {**batch, "reward": net.return_norm.scale(batch["reward"])}
+    return batch
