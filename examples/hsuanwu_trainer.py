@@ -2,7 +2,10 @@
 (``pkg://distrl.conf``), handed with the envs to ``DistributedTrainer(cfgs, train_env, test_env)``.
 
     python examples/hsuanwu_trainer.py experiment=cartpole train.num_train_steps=50000
+    ENV_ID=Hopper-v5 python examples/hsuanwu_trainer.py experiment=mujoco   # Box actions
 """
+
+import os
 
 import gymnasium as gym
 import hydra
@@ -10,8 +13,9 @@ from omegaconf import DictConfig
 
 from distrl import DistributedTrainer
 
-train_env = gym.make("CartPole-v1")
-test_env = gym.make("CartPole-v1")
+ENV_ID = os.environ.get("ENV_ID", "CartPole-v1")
+train_env = gym.make(ENV_ID)
+test_env = gym.make(ENV_ID)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://distrl.conf", config_name="train")

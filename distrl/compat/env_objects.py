@@ -100,16 +100,20 @@ def _from_id(env_id: str) -> EnvChoice:
         return EnvChoice([f"experiment={PRESETS[env_id]}"], {"id": env_id})
     if env_id.startswith("MiniGrid-"):
         return EnvChoice(["experiment=minigrid"], {"id": env_id})
-    return EnvChoice(["env=gym", *_model_for(gym.make(env_id) if env_id in gym.registry else None)], {"id": env_id})
+    return EnvChoice(_gym_overrides(gym.make(env_id) if env_id in gym.registry else None), {"id": env_id})
 
 
-def _model_for(env: gym.Env | None) -> list[str]:
-    """``model=mlp`` for flat observations (the default Nature CNN takes images)."""
+def _gym_overrides(env: gym.Env | None) -> list[str]:
+    """``env=gym`` with ``model=mlp`` for flat observations (the default Nature CNN takes images);
+    ``experiment=mujoco``, the continuous-control preset, for flat observations and Box actions."""
     if env is None:
-        return []
+        return ["env=gym"]
     try:
-        space = env.observation_space
-        return [] if len(space.shape or ()) == 3 else ["model=mlp"]
+        if len(env.observation_space.shape or ()) == 3:
+            return ["env=gym"]
+        if isinstance(env.action_space, gym.spaces.Box):
+            return ["experiment=mujoco"]
+        return ["env=gym", "model=mlp"]
     finally:
         env.close()
 
@@ -143,7 +147,7 @@ def _from_object(env: gym.Env | gym.vector.VectorEnv, role: str) -> EnvChoice:
     if spec.id in PRESETS or spec.id.startswith("MiniGrid-"):
         overrides = _from_id(spec.id).overrides
     else:
-        overrides = ["env=gym", *_model_for(gym.make(single))]
+        overrides = _gym_overrides(gym.make(single))
     return EnvChoice(overrides, {"id": spec.id, "spec": text}, num_envs)
 
 
@@ -156,7 +160,7 @@ def _from_factory(factory: Any, role: str) -> EnvChoice:
     if not isinstance(env, gym.Env):
         raise EnvObjectError(f"{role}: the factory returned {type(env).__name__}, not a Gymnasium env")
     name = env.spec.id if env.spec is not None else getattr(factory, "__qualname__", type(env).__name__)
-    overrides = ["env=gym", *_model_for(env)]
+    overrides = _gym_overrides(env)
     return EnvChoice(overrides, {"id": name, "factory": text})
 
 

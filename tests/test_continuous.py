@@ -1,0 +1,118 @@
+"""Box and MultiDiscrete actions through the whole run: validation, the network, the running
+statistics, the actors' discounted returns, a MuJoCo run trained, resumed and evaluated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import compose_train, metrics, run_distrl
+
+from distrl.config.schema import ConfigError
+from distrl.config.validation import validate
+from distrl.nn.actor_critic import ActorCritic, AgentState, step_policy
+from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.distributions import ActionSpace
+from distrl.nn.normalization import RunningMeanStd, normalise_batch
+from distrl.utils.checkpoint import load_checkpoint
+
+MJ = ["experiment=mujoco", "num_actors=1", "envs_per_actor=4", "num_steps=16", "batch_size=8",
+      "agent.num_minibatches=4", "agent.num_epochs=2"]
+
+
+@pytest.mark.parametrize(("env_id", "what"), [("action_spaces_env:DictObs-v0", "observation space Dict"),
+                                              ("action_spaces_env:MultiBinary-v0", "action space MultiBinary")])
+def test_a_space_distrl_cannot_model_is_refused_in_one_line_naming_it(env_id, what):
+    cfg = compose_train(["env=gym", "model=mlp", f"env.id={env_id}"])
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    message = str(info.value)
+    assert message.startswith(f"env.id={env_id!r} is not allowed: {what}") and "\n" not in message
+
+
+def test_the_preset_takes_any_box_env_and_e3b_is_refused_for_it():
+    for env_id in ("Pendulum-v1", "Hopper-v5", "action_spaces_env:BoxTarget-v0"):
+        spec = validate(compose_train(["experiment=mujoco", f"env.id={env_id}"])).spec
+        assert spec.action_space.kind == "box"
+    with pytest.raises(ConfigError, match="intrinsic='e3b' is not allowed: none, rnd or re3 for Box"):
+        validate(compose_train(["experiment=mujoco", "intrinsic=e3b"]))
+
+
+@pytest.mark.parametrize("space", [ActionSpace("box", (), (-1.0, -2.0), (1.0, 2.0)),
+                                   ActionSpace("multi_discrete", (3, 4))])
+def test_the_previous_action_is_an_input_for_every_kind_and_the_state_keeps_its_shape(space):
+    cfg = compose_train(["experiment=mujoco", "model.last_action_reward=true", "model.separate_critic=false"])
+    model = ActorCritic((5,), space, cfg.model)
+    state = AgentState(model, 3)
+    assert state.last_action.shape == (3, *space.action_shape) and state.last_action.dtype == space.action_dtype
+    out, _ = step_policy(model, torch.randn(3, 5), state)
+    assert out["action"].shape == (3, *space.action_shape) and out["policy_params"].shape == (3, space.param_size)
+    state.after_env_step(out["action"], [1.0, 0.5, 0.0], [False, True, False])
+    assert torch.equal(state.last_action[1], torch.zeros_like(state.last_action[1]))  # an episode's start
+    assert torch.equal(state.last_action[0], out["action"][0].to(state.last_action.dtype))
+    params, values, _ = model(torch.randn(4, 3, 5), torch.zeros(4, 3, dtype=torch.bool), (),
+                              state.last_action.expand(4, *state.last_action.shape), torch.zeros(4, 3))
+    assert params.shape == (4, 3, space.param_size) and values.shape == (4, 3)
+
+
+def test_running_statistics_merge_batches_as_one_and_reach_the_actor_copy():
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(9, 4, 3, generator=g) * 3 + 1 for _ in range(5)]
+    norm = RunningMeanStd((3,))
+    for batch in batches:
+        norm.update(norm.moments(batch, 1))
+    everything = torch.cat([b.reshape(-1, 3) for b in batches]).double()
+    torch.testing.assert_close(norm.mean, everything.mean(0), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(norm.var, everything.var(0, correction=0), rtol=1e-4, atol=1e-4)
+
+    cfg = compose_train(["experiment=mujoco"])
+    pair = DistributedActorLearner((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model, return_norm=True)
+    pair.freeze()
+    batch = {"obs": torch.randn(5, 2, 3, generator=g) + 4, "discounted_return": torch.randn(5, 2, generator=g) * 10,
+             "reward": torch.ones(5, 2)}
+    seen = normalise_batch(pair.learner, batch)
+    assert pair.learner.obs_norm.count > 8 and pair.actor.obs_norm.count < 1  # not yet published
+    expected = 1 / torch.sqrt(pair.learner.return_norm.var + 1e-8)
+    torch.testing.assert_close(seen["reward"], torch.full((5, 2), float(expected)))
+    pair.publish()
+    for actor_b, learner_b in zip(pair.actor.buffers(), pair.learner.buffers(), strict=True):
+        assert torch.equal(actor_b, learner_b)
+
+
+@pytest.mark.long
+def test_a_mujoco_run_trains_resumes_and_is_evaluated_with_the_gaussians_mean(tmp_path):
+    run = tmp_path / "hopper"
+    args = [*MJ, "env.id=Hopper-v5", "train.num_train_steps=2048", "train.eval_interval=2048",
+            "train.num_eval_episodes=2", f"hydra.run.dir={run}"]
+    assert run_distrl(["train", *args]).returncode == 0
+    state = load_checkpoint(run / "checkpoints" / "latest.pt")
+    assert state["action_space"]["kind"] == "box" and len(state["action_space"]["low"]) == 3
+    steps = state["model"]["obs_norm.count"].item()
+    assert steps > 1024 and state["model"]["return_norm.count"].item() > 1024
+    assert run_distrl(["train", *args[:-2], "train.num_train_steps=4096", f"hydra.run.dir={run}"]).returncode == 0
+    resumed = load_checkpoint(run / "checkpoints" / "latest.pt")
+    assert resumed["model"]["obs_norm.count"].item() > steps + 1024  # the statistics went on from the checkpoint
+    assert max(r["agent_steps"] for r in metrics(run)) >= 4096
+    done = run_distrl(["eval", f"ckpt={run}/checkpoints/latest.pt", "num_episodes=2", f"hydra.run.dir={tmp_path}/e"])
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert result["deterministic"] is True and len(result["returns"]) == 2
+    assert np.isfinite(result["mean_return"])
+
+
+@pytest.mark.long
+@pytest.mark.parametrize(("env_id", "goal"), [("MultiDiscreteCue-v0", 0.9), ("BoxTarget-v0", -0.1)])
+def test_the_cue_envs_are_learned(tmp_path, env_id, goal):
+    """MultiDiscrete: both parts named (reward 1 per step, random 0.29); Box: the action within about
+    0.2 of the target (random play about -1.3 per step with the clip)."""
+    run = tmp_path / env_id
+    done = run_distrl(["train", *MJ, f"env.id=action_spaces_env:{env_id}", "env.max_episode_steps=null",
+                       "train.num_train_steps=60000", "train.eval_interval=60000", "agent.lr=0.001",
+                       "model.separate_critic=false", f"hydra.run.dir={run}"], timeout=400,
+                      env={"PYTHONPATH": str(Path(__file__).parent)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    evals = [r["eval/mean_return"] for r in metrics(run) if "eval/mean_return" in r]
+    assert evals[-1] / 8 >= goal, evals
