@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_curve import Run, read_run, smooth  # noqa: E402
+from distrl import runs as distrl_runs
+from distrl.runs import Run, smooth
 
 # Random and human scores (Mnih et al. 2015, "Human-level control through deep reinforcement
 # learning", the table DQN Zoo's atari_data.py carries).
@@ -83,11 +83,10 @@ def game_of(run_dir: Path) -> str:
     Raises:
         ValueError: no ``config.yaml``, or the run's env is not one of the five.
     """
-    config = run_dir / "config.yaml"
-    if not config.is_file():
-        raise ValueError(f"{run_dir}: no config.yaml")
-    found = re.search(r"^\s*id:\s*(\S+)", config.read_text(), flags=re.MULTILINE)
-    env_id = found.group(1) if found else "?"
+    try:
+        env_id = distrl_runs.env_id(run_dir)
+    except FileNotFoundError:
+        raise ValueError(f"{run_dir}: neither a run record nor a run directory with config.yaml") from None
     name = re.sub(r"^ALE/|-v\d+$|NoFrameskip", "", env_id)
     if name not in RANDOM_HUMAN:
         raise ValueError(f"{run_dir}: env {env_id} is not an Atari-5 game ({', '.join(GAMES)})")
@@ -192,7 +191,7 @@ def plot(runs_by_game: dict[str, list[Run]], out: Path, window: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, nargs="+", help="run directories (config.yaml and metrics.jsonl)")
+    parser.add_argument("runs", type=Path, nargs="+", help="run directories or run records (.csv.gz)")
     parser.add_argument("--budget", type=float, default=10_000_000, help="agent steps (default 10M = 40M frames)")
     parser.add_argument("--episodes", type=int, default=100, help="training episodes averaged (default 100)")
     parser.add_argument("--csv", type=Path, default=None, help="write the table here as CSV")
@@ -204,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     for run_dir in args.runs:
         try:
             game = game_of(run_dir)
-            run = read_run(run_dir, gap_minutes=10.0)
+            run = distrl_runs.curves(run_dir, gap_minutes=10.0)
         except (ValueError, FileNotFoundError) as e:
             parser.error(str(e))
         runs_by_game.setdefault(game, []).append(run)

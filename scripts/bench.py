@@ -49,6 +49,7 @@ import torch
 import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
+from distrl import runs
 from distrl.config.compose import compose_config
 from distrl.config.placement import plan
 
@@ -85,7 +86,7 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, s
     env.close()
 
 
-def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: dict, batch: int, cores,
+def _inference_worker(obs_shape, obs_dtype: str, action_space, model_cfg: dict, batch: int, cores,
                       precision: str, warmup: float, seconds: float, out) -> None:
     from distrl.engine.actor import pin_process
     from distrl.engine.evaluator import inference_copy
@@ -95,7 +96,7 @@ def _inference_worker(obs_shape, obs_dtype: str, num_actions: int, model_cfg: di
     pin_process(cores)
     torch.set_num_threads(1)
     # as the actors hold it: bf16 weights for bf16 (DistributedActorLearner.freeze)
-    model = inference_copy(ActorCritic(tuple(obs_shape), num_actions, OmegaConf.create(model_cfg)), "cpu", precision)
+    model = inference_copy(ActorCritic(tuple(obs_shape), action_space, OmegaConf.create(model_cfg)), "cpu", precision)
     if obs_dtype == "uint8":
         obs = torch.randint(0, 255, (batch, *obs_shape), dtype=torch.uint8)
     else:
@@ -135,7 +136,7 @@ def bench_inference(cfg, spec, args) -> float:
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     placement = plan(cfg)
     dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
-    return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.num_actions, model_cfg,
+    return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.action_space, model_cfg,
                                              cfg.envs_per_actor, c, placement.actor_precision, args.warmup,
                                              args.seconds) for c in placement.actor_cores],
                         args.warmup + args.seconds + 120)
@@ -151,7 +152,8 @@ def bench_sampling(cfg, spec, args) -> float:
 
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
-    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model)
+    policy = DistributedActorLearner(spec.obs_shape, spec.action_space, cfg.model,
+                                     return_norm=bool(cfg.agent.normalize_returns))
     policy.freeze(actor_precision=placement.actor_precision)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
     channels = Channels.create(storage, ctx, placement.num_actors)
@@ -220,7 +222,8 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     placement = plan(cfg)
     torch.set_num_threads(placement.learner_threads)
     device = placement.device
-    policy = DistributedActorLearner(spec.obs_shape, spec.num_actions, cfg.model).to(device)
+    policy = DistributedActorLearner(spec.obs_shape, spec.action_space, cfg.model,
+                                     return_norm=bool(cfg.agent.normalize_returns)).to(device)
     policy.freeze(actor_precision=placement.actor_precision)
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)
@@ -236,8 +239,12 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
         buf["obs"].random_(0, 255)
     else:
         buf["obs"].normal_()
-    buf["action"].random_(0, spec.num_actions)
-    buf["policy_logits"].normal_()
+    space = spec.action_space
+    if space.kind == "box":
+        buf["action"].normal_()
+    else:
+        buf["action"].random_(0, min(space.nvec))
+    buf["policy_params"].normal_()
     buf["reward"].normal_()
     indices = list(range(cfg.batch_size))
     stop = threading.Event()
@@ -318,7 +325,7 @@ def bench_end_to_end(overrides: list[str], spec, args) -> dict:
             raise RuntimeError("end-to-end run did not start training in time")
         time.sleep(0.5)
     _, err = proc.communicate(timeout=120)
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    records = runs.metrics(run_dir)
     logs = [r for r in records if "charts/SPS" in r and r["time"] >= warm_at]
     if len(logs) < 2:
         raise RuntimeError(f"too few log records (one per 2,000 agent steps) after warm-up: give a slow setup "

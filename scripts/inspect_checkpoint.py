@@ -38,12 +38,11 @@ import json
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
+from distrl import runs
 from distrl.envs import make_vector_env
 from distrl.nn.actor_critic import ActorCritic
 from distrl.nn.dormant import dormant_fractions
-from distrl.utils.checkpoint import load_checkpoint
 
 
 def relu_activity(model: ActorCritic, obs: torch.Tensor) -> list[dict]:
@@ -129,28 +128,26 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    state = load_checkpoint(args.ckpt)
-    cfg = OmegaConf.create(state["config"])
-    model = ActorCritic(tuple(state["obs_shape"]), state["num_actions"], cfg.model,
-                        intrinsic_value="intrinsic_baseline.weight" in state["model"])
-    model.load_state_dict(state["model"])
-    model.eval()
+    model, cfg, state = runs.load_policy(args.ckpt)
+    space = model.action_space
     env = make_vector_env(cfg.env, 8)
-    rng = np.random.default_rng(args.seed)
+    env.single_action_space.seed(args.seed)
     torch.manual_seed(args.seed)
     try:
         obs, _ = env.reset(seed=args.seed)
         frames, logits = [], []
         core, first = model.initial_state(8), torch.ones(8, dtype=torch.bool)
-        last_action, last_reward = torch.zeros(8, dtype=torch.int64), torch.zeros(8)
+        last_action = torch.zeros((8, *space.action_shape), dtype=space.action_dtype)
+        last_reward = torch.zeros(8)
         for _ in range(args.steps):
             frames.append(np.asarray(obs).copy())
             out, core = model.act(torch.from_numpy(frames[-1]), first, core, False, last_action, last_reward)
-            logits.append(out["policy_logits"])
-            actions = out["action"].numpy() if args.actions == "policy" else rng.integers(0, state["num_actions"], 8)
-            obs, reward, terminated, truncated, _ = env.step(actions)
+            logits.append(out["policy_params"])
+            sampled = out["action"] if args.actions == "policy" else torch.stack(
+                [torch.as_tensor(env.single_action_space.sample()) for _ in range(8)]).to(space.action_dtype)
+            obs, reward, terminated, truncated, _ = env.step(space.to_env(sampled))
             first = torch.from_numpy(np.logical_or(terminated, truncated))
-            last_action = torch.as_tensor(actions, dtype=torch.int64)
+            last_action = sampled.to(space.action_dtype)
             last_reward = torch.as_tensor(reward, dtype=torch.float32)
     finally:
         env.close()

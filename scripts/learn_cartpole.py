@@ -21,15 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from distrl import runs
 
-def first_crossing(metrics: Path, target: float):
-    if not metrics.exists():
+
+def first_crossing(run_dir: Path, target: float):
+    if not (run_dir / "metrics.jsonl").exists():
         return None
-    for line in metrics.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written
+    for record in runs.metrics(run_dir):
         if record.get("eval/mean_return", float("-inf")) >= target:
             return record
     return None
@@ -43,7 +41,7 @@ def run(seed: int, target: float, overrides: list[str], out: Path, budget_s: flo
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     hit = None
     while proc.poll() is None and time.time() - start < budget_s:
-        hit = first_crossing(run_dir / "metrics.jsonl", target)
+        hit = first_crossing(run_dir, target)
         if hit:
             os.killpg(proc.pid, signal.SIGINT)
             break
@@ -51,7 +49,7 @@ def run(seed: int, target: float, overrides: list[str], out: Path, budget_s: flo
     if proc.poll() is None and not hit:
         os.killpg(proc.pid, signal.SIGINT)
     proc.wait()
-    hit = hit or first_crossing(run_dir / "metrics.jsonl", target)
+    hit = hit or first_crossing(run_dir, target)
     return {
         "seed": seed, "target": target, "reached": hit is not None,
         "agent_steps": hit["agent_steps"] if hit else None,

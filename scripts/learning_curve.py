@@ -2,8 +2,8 @@
 
     python scripts/learning_curve.py outputs/pong-s1 outputs/pong-s2 --out docs/pong.png
 
-Reads each run's ``metrics.jsonl`` and draws, against agent steps (left) and
-against wall-clock hours (right):
+Reads each run (a run directory, or its record under docs/lab/runs/: :mod:`distrl.runs`) and draws,
+against agent steps (left) and against wall-clock hours (right):
 
 - the evaluation mean return (``eval/mean_return``): the mean over the runs
   of their k-th evaluation, +- the standard deviation over the runs;
@@ -31,67 +31,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-
-@dataclass
-class Run:
-    """One run's curves: ``eval_steps``/``eval_hours``/``eval_returns`` per evaluation and
-    ``train_steps``/``train_hours``/``train_returns`` per finished training episode."""
-
-    name: str
-    eval_steps: np.ndarray
-    eval_hours: np.ndarray
-    eval_returns: np.ndarray
-    train_steps: np.ndarray
-    train_hours: np.ndarray
-    train_returns: np.ndarray
-
-
-def read_run(run_dir: Path, gap_minutes: float) -> Run:
-    """Read ``run_dir/metrics.jsonl``.
-
-    Raises:
-        FileNotFoundError: the run has no metrics.jsonl.
-    """
-    records: list[dict] = []
-    top = 0  # the highest agent step of a record that is not an evaluation
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written
-        # Evaluations are logged late, at the step they started; any other record going back in
-        # steps is a resumed run restarting from its last checkpoint: what was logged after that
-        # step is replaced.
-        if "eval/mean_return" not in record:
-            if record["agent_steps"] < top:
-                records = [r for r in records if r["agent_steps"] <= record["agent_steps"]]
-            top = record["agent_steps"]
-        records.append(record)
-    times = np.array([r["time"] for r in records], dtype=np.float64)
-    gaps = np.diff(times, prepend=times[:1] if len(times) else times)
-    gaps[gaps > gap_minutes * 60] = 0.0
-    hours = np.cumsum(gaps) / 3600
-
-    def series(key):
-        """``(agent_steps, hours, value)`` arrays of the records that have ``key``."""
-        picked = [(r["agent_steps"], h, float(r[key])) for r, h in zip(records, hours, strict=True) if key in r]
-        return tuple(np.array(picked, dtype=np.float64).reshape(-1, 3).T)
-
-    return Run(run_dir.name, *series("eval/mean_return"), *series("charts/episodic_return"))
-
-
-def smooth(steps: np.ndarray, values: np.ndarray, window: float) -> np.ndarray:
-    """Mean of the values whose step lies in ``(step - window, step]``, at each step (sorted steps)."""
-    csum = np.concatenate([[0.0], np.cumsum(values)])
-    start = np.searchsorted(steps, steps - window, side="right")
-    end = np.arange(1, len(steps) + 1)
-    return (csum[end] - csum[start]) / (end - start)
+from distrl import runs as distrl_runs
+from distrl.runs import Run, smooth
 
 
 def smoothed_on(run: Run, window: float, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +156,7 @@ def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, nargs="*", help="run directories (each with metrics.jsonl)")
+    parser.add_argument("runs", type=Path, nargs="*", help="run directories or run records (.csv.gz)")
     parser.add_argument("--setting", nargs="+", action="append", metavar=("LABEL", "RUN"), default=[],
                         help="a setting to compare and its run directories (repeat for each setting)")
     parser.add_argument("--out", type=Path, default=Path("learning_curve.png"), help="the PNG (the CSV goes beside it)")
@@ -227,12 +172,12 @@ def main() -> None:
     if any(len(s) < 2 for s in args.setting):
         parser.error("--setting needs a label and at least one run directory")
     every_run = args.runs + [Path(r) for s in args.setting for r in s[1:]]
-    missing = [str(r) for r in every_run if not (r / "metrics.jsonl").is_file()]
+    missing = [str(r) for r in every_run if not (distrl_runs.is_record(r) or (Path(r) / "metrics.jsonl").is_file())]
     if missing:
-        parser.error(f"no metrics.jsonl in: {', '.join(missing)}")
+        parser.error(f"neither a run record nor a run directory with metrics.jsonl: {', '.join(missing)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.setting:
-        settings = [(s[0], [read_run(Path(r), args.gap_minutes) for r in s[1:]]) for s in args.setting]
+        settings = [(s[0], [distrl_runs.curves(r, args.gap_minutes) for r in s[1:]]) for s in args.setting]
         points = compare_points(settings, args.window)
         if not points:
             parser.error("the runs have logged no episode returns or evaluations yet")
@@ -241,7 +186,7 @@ def main() -> None:
         _write_csv(args.out.with_suffix(".csv"), points, ["setting", "run", "kind", "agent_steps", "hours", "value"])
         print(f"wrote {args.out} and {args.out.with_suffix('.csv')}")
         return
-    runs = [read_run(r, args.gap_minutes) for r in args.runs]
+    runs = [distrl_runs.curves(r, args.gap_minutes) for r in args.runs]
     if not any(len(r.eval_steps) or len(r.train_steps) for r in runs):
         parser.error("the runs have logged no episode returns or evaluations yet")
     points = eval_points(runs) + train_points(runs, args.window)
@@ -259,13 +204,11 @@ def _write_csv(path: Path, points: list[dict], fields: list[str]) -> None:
         writer.writerows(points)
 
 
-def _env_id(run_dir: Path) -> str:
-    config = run_dir / "config.yaml"
-    if config.is_file():
-        for line in config.read_text().splitlines():
-            if line.strip().startswith("id:"):
-                return line.split(":", 1)[1].strip()
-    return run_dir.name
+def _env_id(run: Path) -> str:
+    try:
+        return distrl_runs.env_id(run)
+    except (FileNotFoundError, KeyError):
+        return distrl_runs.name(run)
 
 
 if __name__ == "__main__":

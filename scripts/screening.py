@@ -16,24 +16,19 @@ tau-dormant units, tau 0.025, as distrl logs them) and the median SPS.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
-import yaml
+from distrl import runs
 
 
 def read(run_dir: Path, window: int) -> dict:
     """One run's row: see the module docstring."""
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg = runs.config(run_dir)
     windows: dict[int, list[float]] = {}
     last = {"agent_steps": 0}
     evals, sps, entropy, dormant = [], [], None, {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line being written
+    for record in runs.metrics(run_dir):
         last["agent_steps"] = max(last["agent_steps"], record.get("agent_steps", 0))
         if "charts/episodic_return" in record:
             windows.setdefault(record["agent_steps"] // window, []).append(record["charts/episodic_return"])

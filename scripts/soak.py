@@ -35,6 +35,8 @@ from pathlib import Path
 
 import psutil
 
+from distrl import runs
+
 
 def tree_memory(root: psutil.Process) -> tuple[float, float]:
     """RSS and PSS (MiB) summed over ``root`` and its descendants."""
@@ -119,7 +121,7 @@ def main() -> int:
     lost = [int(m.group(1)) for m in re.finditer(r"storage accounting: (\d+) of \d+ slots not returned", log)]
     usr1_saves = len(re.findall(r"checkpoint .*step_\d+\.pt", log))
     metrics = run_dir / "metrics.jsonl"
-    records = [json.loads(line) for line in metrics.open()] if metrics.exists() else []
+    records = runs.metrics(run_dir) if metrics.exists() else []
     steps = [(r["time"], r["agent_steps"]) for r in records if "charts/SPS" in r]
     windows = []
     if steps:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from distrl import runs
 from distrl.config.schema import config_dir, register_configs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,8 +63,8 @@ def pytest_report_header(config):
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    """The records of a run's ``metrics.jsonl``, one dict a line."""
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """The records of a run's ``metrics.jsonl``, one dict a line (:func:`distrl.runs.metrics`)."""
+    return runs.metrics(run_dir)
 
 
 def compose_train(overrides: list[str]):

@@ -9,7 +9,6 @@ timeout alone is 10 s) and the restart budget (three actor starts) are in the lo
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import time
@@ -20,6 +19,7 @@ import pytest
 import torch
 from conftest import TINY_CARTPOLE, DistrlProcess, compose_train, run_distrl
 
+from distrl import runs
 from distrl.engine import supervisor
 from distrl.engine.trainer import DistributedTrainer, Stalled, TrainingError
 from distrl.utils.checkpoint import load_checkpoint
@@ -33,8 +33,7 @@ def _actors(proc: DistrlProcess) -> list:
 
 
 def _records(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")] if path.exists() else []
+    return runs.metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
 
 
 def _trained(run_dir: Path) -> bool:

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "distrl"
 # Top to bottom: a module may import modules of its own layer or of the layers below it, never above.
 LAYERS = [
     ("__main__", "cli", "compat"),          # entry points: the commands, the seeds' shapes
-    ("engine",),                            # the data path and what runs it
+    ("engine", "runs"),                     # the data path and what runs it; reading runs back
     ("config",),                            # schema, composition, validation, the host, placement
     ("agents", "nn", "intrinsic", "envs"),  # losses, networks, intrinsic rewards, environments
     ("rollout", "utils", "version"),        # the rollout's layout; what knows nothing of RL

@@ -10,37 +10,18 @@ from pathlib import Path
 import hydra
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from distrl.cli.exits import checked, fail
 from distrl.config.host import actor_precision, resolve_device
 from distrl.config.schema import ConfigError, config_dir, register_configs
 from distrl.config.validation import validate_bf16_device, validate_env, validate_eval
-from distrl.utils.checkpoint import CheckpointError, load_checkpoint, saved_action_space
+from distrl.runs import load_policy
+from distrl.utils.checkpoint import CheckpointError
 
 log = logging.getLogger("distrl")
 
 register_configs()
-
-
-def policy_from_checkpoint(state: dict, path: str):
-    """The learner network of a checkpoint and the train config it was made with.
-
-    Raises:
-        CheckpointError: the stored weights do not fit the network its config describes.
-    """
-    from distrl.nn.actor_critic import ActorCritic
-    from distrl.nn.distributions import ActionSpace
-
-    train_cfg = OmegaConf.create(state["config"])
-    model = ActorCritic(tuple(state["obs_shape"]), ActionSpace.from_dict(saved_action_space(state)), train_cfg.model,
-                        intrinsic_value="intrinsic_baseline.weight" in state["model"],
-                        return_norm="return_norm.mean" in state["model"])
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as exc:
-        raise CheckpointError(f"{path}: its weights do not fit its model config: {str(exc).splitlines()[0]}") from None
-    return model, train_cfg
 
 
 def evaluation_precision(state: dict) -> str:
@@ -59,8 +40,7 @@ def main(cfg: DictConfig) -> None:
     from distrl.engine.evaluator import evaluate, record_episodes
 
     try:
-        state = load_checkpoint(cfg.ckpt)
-        model, train_cfg = policy_from_checkpoint(state, cfg.ckpt)
+        model, train_cfg, state = load_policy(cfg.ckpt)
     except CheckpointError as exc:
         fail("eval", str(exc))
     env_cfg = train_cfg.env

@@ -156,16 +156,13 @@ def objective_value(run_dir: str | os.PathLike, key: str, window: int = 100) -> 
     mean return), the mean of the last ``window`` values of any other scalar logged there (e.g.
     ``charts/episodic_return``: the last 100 training episodes). NaN, with a warning that names the
     logged keys, when ``key`` was never logged."""
-    import json
     import math
+
+    from distrl import runs
 
     values, keys = [], set()
     path = Path(run_dir) / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for record in runs.metrics(run_dir) if path.exists() else []:
         keys.update(record)
         if key in record:
             values.append(float(record[key]))
