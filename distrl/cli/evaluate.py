@@ -42,21 +42,22 @@ def main(cfg: DictConfig) -> None:
     try:
         model, train_cfg, state = load_policy(cfg.ckpt)
     except CheckpointError as exc:
-        fail("eval", str(exc))
+        fail("eval", str(exc), remove_run_dir=True)
     env_cfg = train_cfg.env
     if env_cfg.get("factory"):  # unpickling it from a file could run any code: only the script that made it
         fail("eval", f"{cfg.ckpt}: its env ({env_cfg.id}) was a Python env factory, which `distrl eval` does not "
                      f"unpickle from a file; evaluate from Python (DistributedTrainer.test, IMPALA.eval) with the "
-                     f"factory, or train with a Gymnasium id")
+                     f"factory, or train with a Gymnasium id", remove_run_dir=True)
     for key, value in cfg.env.items():
         if value is not None:
             if key not in env_cfg:
-                fail("eval", f"env.{key}={value!r} is not allowed: the checkpoint's env ({env_cfg.id}) has no {key}")
+                fail("eval", f"env.{key}={value!r} is not allowed: the checkpoint's env ({env_cfg.id}) has no {key}",
+                     remove_run_dir=True)
             env_cfg[key] = value
     try:
         validate_env(env_cfg)
     except ConfigError as exc:
-        fail("eval", str(exc))
+        fail("eval", str(exc), remove_run_dir=True)
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     device = resolve_device(cfg.device)
@@ -67,7 +68,7 @@ def main(cfg: DictConfig) -> None:
     try:
         validate_bf16_device(precision, device)  # the checkpoint's precision too, not only a precision= given
     except ConfigError as exc:
-        fail("eval", str(exc))
+        fail("eval", str(exc), remove_run_dir=True)
     if cfg.video:
         video = out_dir / "video.mp4"
         result = record_episodes(model, env_cfg, cfg.num_episodes, cfg.seed, str(video), cfg.video_fps,

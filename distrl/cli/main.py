@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if "-h" in rest or "--help" in rest:
         return command_help(command, [a for a in rest if a not in ("-h", "--help", "-m", "--multirun")])
+    from distrl.cli.exits import precheck
+
+    precheck(command, rest)  # Hydra's composition errors as one line, before Hydra makes a run directory
     if command == "train":
         from distrl.cli.train import main as command_main
     else:

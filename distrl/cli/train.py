@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import sys
 
@@ -14,7 +13,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from distrl.cli import sweeps
-from distrl.cli.exits import checked, fail
+from distrl.cli.exits import checked, fail, remove_if_only_hydra
 from distrl.config.schema import ConfigError, config_dir, register_configs
 from distrl.utils.checkpoint import CheckpointError
 from distrl.utils.runlock import RunDirectoryBusy
@@ -74,7 +73,7 @@ def _train(cfg: DictConfig) -> float | None:
         if not ranks.is_main:
             logs.console_only(ranks.rank)
             if own_dir != run_dir:  # Hydra's ${now} came out another second here
-                _remove_if_only_hydra(own_dir)
+                remove_if_only_hydra(own_dir)
     try:
         trainer = DistributedTrainer(cfg, run_dir, ranks=ranks, validated=validated)
     except (CheckpointError, ConfigError, RunDirectoryBusy) as exc:
@@ -110,12 +109,3 @@ def _launch_ranks(cfg: DictConfig, run_dir: str) -> None:
     code = distributed.launch(cfg.distributed.nproc_per_node, argv, cfg.distributed.max_restarts)
     if code:
         sys.exit(code)
-
-
-def _remove_if_only_hydra(path: str) -> None:
-    """Remove a directory Hydra made for this rank if it holds only Hydra's files (``.hydra/`` and an
-    empty ``train.log``)."""
-    entries = set(os.listdir(path)) if os.path.isdir(path) else set()
-    log_file = os.path.join(path, "train.log")
-    if entries <= {".hydra", "train.log"} and (not os.path.exists(log_file) or os.path.getsize(log_file) == 0):
-        shutil.rmtree(path, ignore_errors=True)
