@@ -2,6 +2,8 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# the torch requirement pip installs first; pip options may follow (docs/install.md), e.g.
+# make install TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
@@ -14,16 +16,16 @@ help: ## list the targets
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install "$(TORCH)"
+	$(BIN)/pip install $(TORCH)
 	$(BIN)/pip install -e ".[dev,sweeps,docs]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv: torch==2.13.0 (CPU) first, then distrl with the dev, sweeps and docs extras
+install: $(STAMP) ## create .venv: torch ($(TORCH); docs/install.md) first, then distrl with the dev, sweeps and docs extras
 
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)
 
-test: $(STAMP) ## the test suite without the long tier (2.5 minutes on 2 AVX512-BF16 cores, longer on slower CPUs: docs/testing.md)
+test: $(STAMP) ## the test suite without the long tier (about 2.5 minutes on 2 cores, longer on slower CPUs: docs/testing.md)
 	$(BIN)/python -m pytest $(ARGS)
 
 test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (CI runs both)

@@ -1,0 +1,92 @@
+"""The user pages are true: every `distrl train|eval` command they show composes, the configuration
+page names every key `distrl train --help` and `distrl eval --help` print, and they speak of the
+product, not of the project's history."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from conftest import REPO
+from omegaconf import OmegaConf
+
+from distrl import compose_config
+
+USER_PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md"))]
+PLACEHOLDERS = {"<run>": "run", "<Task>": "Hopper", "<Game>": "Pong", "PATH": "x"}
+
+
+def shown_commands() -> list[tuple[str, list[str]]]:
+    """``(page, argv)`` of every ``distrl train|eval`` command in a code block or inline code of a user page."""
+    found = []
+    for page in USER_PAGES:
+        text = page.read_text()
+        for line in re.findall(r"(?:^|`|\$ )(distrl (?:train|eval)\b[^`#\n]*)", text, flags=re.MULTILINE):
+            argv = shlex.split(line.replace("\\", ""))[2:]
+            found.append((page.name, [line.split()[1], *argv]))
+    return found
+
+
+def test_the_user_pages_show_commands():
+    assert len(shown_commands()) >= 20
+
+
+@pytest.mark.parametrize(("page", "argv"), shown_commands(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_every_command_on_a_user_page_composes(page, argv):
+    command, args = argv[0], argv[1:]
+    overrides = []
+    for arg in args:
+        if arg.startswith("-") or arg.lstrip("+").startswith("hydra") or arg == "...":
+            continue
+        for placeholder, value in PLACEHOLDERS.items():
+            arg = arg.replace(placeholder, value)
+        key, _, value = arg.partition("=")
+        overrides.append(f"{key}={value.split(',')[0]}")  # a sweep: its first value
+    compose_config(overrides, config_name=command, check=False)
+
+
+def leaf_keys(cfg, prefix="") -> list[str]:
+    keys = []
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        keys += leaf_keys(value, f"{name}.") if isinstance(value, dict) else [name]
+    return keys
+
+
+# the configs whose keys --help prints: the defaults and every option that brings keys of its own
+VARIANTS = {"train": [[], ["env=gym"], ["experiment=mujoco"], ["intrinsic=e3b"], ["logger=wandb"]], "eval": [[]]}
+
+
+def documented(text: str) -> set[str]:
+    """The keys the configuration page names in inline code, ``{a,b}`` expanded."""
+    names = set()
+    for span in re.findall(r"`([^`]+)`", text):
+        for part in re.split(r"\s*/\s*|\s+", span):
+            braces = re.match(r"^(.*)\{([^}]*)\}(.*)$", part)
+            names.update(f"{braces.group(1)}{x}{braces.group(3)}" for x in braces.group(2).split(",")) if braces \
+                else names.add(part)
+    return names
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_the_configuration_page_names_every_key_help_prints(command):
+    names = documented((REPO / "docs" / "configuration.md").read_text())
+    keys = {key for overrides in VARIANTS[command]
+            for key in leaf_keys(OmegaConf.to_container(compose_config(overrides, config_name=command, check=False)))}
+    missing = sorted(key for key in keys
+                     if key not in names and not any(key.startswith(n[:-1]) for n in names if n.endswith(".*")))
+    assert not missing
+
+
+# words of the project's own history (its issues, sessions and the libraries it was specified from), and
+# of descriptions that are no longer true
+HISTORY = (r"\bissue \d+", r"\bthe seeds\b", r"\bthe seeds'", r"\bthe seed's\b", r"Distributed IMPALA",
+           r"\bsessions?\b", r"CPU torch")
+
+
+def test_user_pages_speak_of_the_product_not_of_the_projects_history():
+    for page in USER_PAGES:
+        text = page.read_text()
+        for word in HISTORY:
+            assert not re.search(word, text, flags=re.IGNORECASE), f"{page.name}: {word}"
