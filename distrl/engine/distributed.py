@@ -137,7 +137,8 @@ class Ranks:
         self._wait(work, stop)
 
     def check_identical(self, parameters, stop=None) -> None:
-        """Compare a checksum of the weights across ranks.
+        """Compare a checksum of the weights (``parameters``: any tensors, the running statistics too)
+        across ranks.
 
         Raises:
             RankMismatch: they differ, naming the ranks' checksums.

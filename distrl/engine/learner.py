@@ -375,7 +375,8 @@ def _exchange(learner: Learner, stop: threading.Event, episodes: bool = True, ch
         learner.ranks.exchange_episodes(stop)
     if check:
         with learner.lock:
-            learner.ranks.check_identical(list(learner.policy.learner.parameters()), stop)
+            net = learner.policy.learner  # the weights and the running statistics (distrl.nn.normalization)
+            learner.ranks.check_identical([*net.parameters(), *net.buffers()], stop)
 
 
 def _skipped(learner: Learner, stats: LearnerStats, losses: dict, in_a_row: int, most: int) -> None:
