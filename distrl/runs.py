@@ -63,13 +63,13 @@ def config(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     if is_record(path):
-        return json.loads(_read_record(path)[0]["config"])
+        return json.loads(_read_header(path)["config"])
     return yaml.safe_load((path / "config.yaml").read_text())
 
 
 def provenance(record: str | Path) -> dict[str, str]:
     """A run record's ``run``, ``command``, ``machine`` and ``commit``."""
-    header = _read_record(Path(record))[0]
+    header = _read_header(Path(record))
     return {key: header[key] for key in PROVENANCE_KEYS}
 
 
@@ -179,14 +179,24 @@ def _format(key: str, value: Any) -> str:
 def _parse(text: str) -> Any:
     if text == "":
         return None
-    try:
+    if text.lstrip("-").isdigit():
         return int(text)
-    except ValueError:
-        pass
     try:
         return float(text)
     except ValueError:
         return json.loads(text)
+
+
+def _read_header(path: Path) -> dict[str, str]:
+    """A record's ``# key: value`` lines alone (the provenance and the config)."""
+    header = {}
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if not line.startswith("# "):
+                break
+            key, _, value = line[2:].rstrip("\n").partition(": ")
+            header[key] = value
+    return header
 
 
 def _read_record(path: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:

@@ -9,31 +9,46 @@ import shlex
 
 import pytest
 from conftest import REPO
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from distrl import compose_config
+from distrl.config.schema import config_dir, register_configs
 
 USER_PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md"))]
 PLACEHOLDERS = {"<run>": "run", "<Task>": "Hopper", "<Game>": "Pong", "PATH": "x"}
 
 
 def shown_commands() -> list[tuple[str, list[str]]]:
-    """``(page, argv)`` of every ``distrl train|eval`` command in a code block or inline code of a user page."""
-    found = []
+    """``(page, argv)`` of every ``distrl train|eval`` command in a code block or inline code of a user
+    page, each command once (the first page that shows it)."""
+    found: dict[tuple[str, ...], str] = {}
     for page in USER_PAGES:
         text = page.read_text()
         for line in re.findall(r"(?:^|`|\$ )(distrl (?:train|eval)\b[^`#\n]*)", text, flags=re.MULTILINE):
-            argv = shlex.split(line.replace("\\", ""))[2:]
-            found.append((page.name, [line.split()[1], *argv]))
-    return found
+            argv = (line.split()[1], *shlex.split(line.replace("\\", ""))[2:])
+            found.setdefault(argv, page.name)
+    return [(page, list(argv)) for argv, page in found.items()]
 
 
 def test_the_user_pages_show_commands():
     assert len(shown_commands()) >= 20
 
 
+@pytest.fixture(scope="module")
+def compose():
+    """Hydra's compose of distrl's configs, initialised once for the module (as compose_config
+    composes, without its validation)."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        yield lambda overrides, config_name="train": hydra_compose(config_name, overrides=overrides)
+    GlobalHydra.instance().clear()
+
+
 @pytest.mark.parametrize(("page", "argv"), shown_commands(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
-def test_every_command_on_a_user_page_composes(page, argv):
+def test_every_command_on_a_user_page_composes(page, argv, compose):
     command, args = argv[0], argv[1:]
     overrides = []
     for arg in args:
@@ -43,7 +58,7 @@ def test_every_command_on_a_user_page_composes(page, argv):
             arg = arg.replace(placeholder, value)
         key, _, value = arg.partition("=")
         overrides.append(f"{key}={value.split(',')[0]}")  # a sweep: its first value
-    compose_config(overrides, config_name=command, check=False)
+    compose(overrides, config_name=command)
 
 
 def leaf_keys(cfg, prefix="") -> list[str]:
@@ -70,10 +85,10 @@ def documented(text: str) -> set[str]:
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])
-def test_the_configuration_page_names_every_key_help_prints(command):
+def test_the_configuration_page_names_every_key_help_prints(command, compose):
     names = documented((REPO / "docs" / "configuration.md").read_text())
     keys = {key for overrides in VARIANTS[command]
-            for key in leaf_keys(OmegaConf.to_container(compose_config(overrides, config_name=command, check=False)))}
+            for key in leaf_keys(OmegaConf.to_container(compose(overrides, config_name=command)))}
     missing = sorted(key for key in keys
                      if key not in names and not any(key.startswith(n[:-1]) for n in names if n.endswith(".*")))
     assert not missing
