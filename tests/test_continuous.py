@@ -101,6 +101,11 @@ def test_a_mujoco_run_trains_resumes_and_is_evaluated_with_the_gaussians_mean(tm
     result = json.loads((tmp_path / "e" / "results.json").read_text())
     assert result["deterministic"] is True and len(result["returns"]) == 2
     assert np.isfinite(result["mean_return"])
+    # a video renders offscreen (no display here: EGL)
+    done = run_distrl(["eval", f"ckpt={run}", "num_episodes=1", "video=true", f"hydra.run.dir={tmp_path}/v"],
+                      env={"DISPLAY": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "v" / "video.mp4").stat().st_size > 1000
 
 
 @pytest.mark.long

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 from pathlib import Path
 
 import hydra
@@ -54,6 +55,10 @@ def main(cfg: DictConfig) -> None:
                 fail("eval", f"env.{key}={value!r} is not allowed: the checkpoint's env ({env_cfg.id}) has no {key}",
                      remove_run_dir=True)
             env_cfg[key] = value
+    if cfg.video and not os.environ.get("DISPLAY"):
+        # MuJoCo renders offscreen through EGL where no display is (set before mujoco is imported;
+        # MUJOCO_GL=osmesa where EGL is missing)
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         validate_env(env_cfg)
     except ConfigError as exc:
