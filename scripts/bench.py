@@ -240,11 +240,12 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     else:
         buf["obs"].normal_()
     space = spec.action_space
-    if space.kind == "box":
+    if space.kind == "box":  # a Gaussian policy of mean 0 and std 1 and its samples: finite ratios
         buf["action"].normal_()
+        buf["policy_params"].zero_()
     else:
         buf["action"].random_(0, min(space.nvec))
-    buf["policy_params"].normal_()
+        buf["policy_params"].normal_()
     buf["reward"].normal_()
     indices = list(range(cfg.batch_size))
     stop = threading.Event()
