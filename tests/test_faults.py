@@ -105,6 +105,7 @@ def test_a_killed_actor_is_restarted_and_ctrl_c_twice_stops_thousands_of_slots(t
     assert done.alive_children() == []
 
 
+@pytest.mark.long  # over 10 s end to end (12-20 s on 2 cores): the second tier
 def test_sigusr1_saves_and_training_goes_on_then_sigterm_stops_the_group(tmp_path):
     run_dir = tmp_path / "run"
     proc = DistrlProcess(["train", *TINY_CARTPOLE, "train.num_train_steps=10000000", "train.save_interval=100000000",

@@ -4,11 +4,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, TINY_CARTPOLE, run_distrl
 
 from distrl.utils.checkpoint import load_checkpoint
 
 
+@pytest.mark.long  # over 10 s end to end (12-20 s on 2 cores): the second tier
 def test_wheel_install_runs_from_another_directory(tmp_path):
     wheel_dir, site = tmp_path / "wheel", tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
