@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from distrl.config.schema import config_dir, register_configs
 
 USER_PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md"))]
-PLACEHOLDERS = {"<run>": "run", "<Task>": "Hopper", "<Game>": "Pong", "PATH": "x"}
+PLACEHOLDERS = {"<run>": "run", "<Task>": "Hopper", "<Game>": "Pong", "PATH": "x", "seed=S": "seed=1"}
 
 
 def shown_commands() -> list[tuple[str, list[str]]]:
