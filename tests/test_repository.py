@@ -15,19 +15,13 @@ from conftest import REPO
 from distrl import runs
 
 MIB = 1024 * 1024
-# Checkpoints tracked before run records existed. A submission carries at most 256 MiB of diffs and
-# untracking all 20 (343 MB, 386 MB as binary diffs) does not fit one: these 9 are untracked by the
-# next submission, which then empties this set.
-LEGACY = {f"outputs/{run}/checkpoints/latest.pt" for run in (
-    "atari5/DoubleDunk-s1", "atari5/Phoenix-s1", "atari5/Qbert-s1", "screen/ntg-appo-lag-s1", "screen/ntg-appo-lag-s2",
-    "screen/ntg-appo-ln-s1", "screen/ntg-appo-s1", "screen/pong-appo-lag-s2", "screen/pong-appo-s2")}
 
 
 def tracked() -> list[Path]:
     done = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         pytest.fail(f"git ls-files failed: {done.stderr}")
-    return [Path(p) for p in done.stdout.split("\0") if p and str(p) not in LEGACY and (REPO / p).is_file()]
+    return [Path(p) for p in done.stdout.split("\0") if p and (REPO / p).is_file()]
 
 
 def test_no_tracked_file_is_over_1_mib_and_the_tree_is_within_20_mib():
