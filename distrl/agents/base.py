@@ -86,8 +86,7 @@ class AgentLoss:
 
     def __init__(self, agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False):
         self.agent = SimpleNamespace(**OmegaConf.to_container(agent, resolve=True))
-        self.action_space = (action_space if isinstance(action_space, ActionSpace)
-                             else ActionSpace("discrete", (int(action_space),)))
+        self.action_space = ActionSpace.of(action_space)
         self.pretraining = pretraining
         self.num_epochs = int(agent.num_epochs)
         self.num_minibatches = int(agent.get("num_minibatches", 1))

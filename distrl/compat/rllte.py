@@ -275,8 +275,7 @@ class DistributedActorLearner(actor_learner.DistributedActorLearner):
                  opt_class: type[torch.optim.Optimizer] = torch.optim.Adam, opt_kwargs: dict | None = None,
                  init_fn: str = "orthogonal", use_lstm: bool = False):
         obs_shape = tuple(getattr(observation_space, "shape", observation_space))
-        space = (ActionSpace("discrete", (action_space,)) if isinstance(action_space, int)
-                 else ActionSpace.from_gym(action_space))
+        space = ActionSpace.of(action_space)
         if init_fn not in self.INIT_FNS:
             raise ValueError(f"init_fn={init_fn!r}: use one of {', '.join(self.INIT_FNS)}")
         model = OmegaConf.create({"encoder": _seed_encoder(obs_shape), "feature_dim": feature_dim,

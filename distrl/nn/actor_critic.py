@@ -54,8 +54,7 @@ class ActorCritic(nn.Module):
                  intrinsic_value: bool = False, return_norm: bool = False):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
-        space = action_space if isinstance(action_space, ActionSpace) else ActionSpace("discrete", (int(action_space),))
-        self.action_space = space
+        self.action_space = space = ActionSpace.of(action_space)
         self.obs_norm = RunningMeanStd(self.obs_shape) if cfg.get("normalize_obs", False) else None
         self.return_norm = RunningMeanStd(()) if return_norm else None
         self.encoder = make_encoder(self.obs_shape, cfg)

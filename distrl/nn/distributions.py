@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -69,6 +70,20 @@ class ActionSpace:
             return cls("box", (), tuple(float(x) for x in space.low), tuple(float(x) for x in space.high))
         raise ValueError(f"action space {space}: distrl models Discrete, MultiDiscrete of rank 1 and float Box "
                          f"of rank 1 (continuous) actions")
+
+    @classmethod
+    def of(cls, space) -> ActionSpace:
+        """An :class:`ActionSpace` as is, an ``int`` ``n`` as ``Discrete(n)``, or a Gymnasium space
+        (:meth:`from_gym`).
+
+        Raises:
+            ValueError: a Gymnasium space distrl cannot model (:meth:`from_gym`).
+        """
+        if isinstance(space, ActionSpace):
+            return space
+        if isinstance(space, (int, np.integer)):
+            return cls("discrete", (int(space),))
+        return cls.from_gym(space)
 
     @classmethod
     def from_dict(cls, state: dict) -> ActionSpace:
@@ -141,17 +156,28 @@ class ActionSpace:
         return torch.maximum(torch.minimum(actions.float(), high), low).to(dtype)
 
     def bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """A Box's ``low`` and ``high`` as ``[D] float32`` tensors on ``device``."""
-        return (torch.tensor(self.low, dtype=torch.float32, device=device),
-                torch.tensor(self.high, dtype=torch.float32, device=device))
+        """A Box's ``low`` and ``high`` as ``[D] float32`` tensors on ``device`` (built once, on the CPU)."""
+        low, high = self._bound_tensors
+        return low.to(device), high.to(device)
 
     def to_env(self, actions: torch.Tensor) -> np.ndarray:
         """What the env is sent for the sampled ``actions [N, *action_shape]``: the same integers, or a
         Box's actions clipped to its bounds (CleanRL's ``ClipAction``; infinite bounds clip nothing)."""
         actions = actions.cpu().numpy()
         if self.kind == "box":
-            return np.clip(actions, np.asarray(self.low, np.float32), np.asarray(self.high, np.float32))
+            low, high = self._bound_arrays
+            return np.clip(actions, low, high)
         return actions
+
+    # Built on first use rather than on every actor step or forward pass; not fields, so equality,
+    # hashing and as_dict are unchanged.
+    @cached_property
+    def _bound_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
+
+    @cached_property
+    def _bound_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.tensor(self.low, dtype=torch.float32), torch.tensor(self.high, dtype=torch.float32)
 
 
 class Categorical:
