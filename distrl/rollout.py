@@ -24,7 +24,7 @@ learner, which reads them:
 The learner reads ``[T+1, B]`` batches of slots; the loss takes rows ``0..T-1`` (:data:`STEPS`, the
 T steps) and bootstraps from row T (:data:`BOOTSTRAP`).
 
-The slots themselves (shared memory, free and full queues) are :mod:`distrl.engine.storage`'s.
+The slots themselves (shared memory, free and full queues) are :mod:`distrl.sampling.slots`'s.
 """
 
 from __future__ import annotations

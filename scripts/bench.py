@@ -68,8 +68,8 @@ def _rate(step, warmup: float, seconds: float) -> float:
 
 
 def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, seconds: float, out) -> None:
-    from distrl.engine.actor import pin_process
     from distrl.envs import make_vector_env
+    from distrl.sampling.actor import pin_process
 
     pin_process(cores)  # as distrl train pins the actor this worker stands in for
     torch.set_num_threads(1)
@@ -88,10 +88,10 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, s
 
 def _inference_worker(obs_shape, obs_dtype: str, action_space, model_cfg: dict, batch: int, cores,
                       precision: str, warmup: float, seconds: float, out) -> None:
-    from distrl.engine.actor import pin_process
-    from distrl.engine.evaluator import inference_copy
     from distrl.nn.actor_critic import ActorCritic
     from distrl.nn.precision import autocast
+    from distrl.runtime.evaluator import inference_copy
+    from distrl.sampling.actor import pin_process
 
     pin_process(cores)
     torch.set_num_threads(1)
@@ -144,11 +144,11 @@ def bench_inference(cfg, spec, args) -> float:
 
 # ---------------------------------------------------------------- S: real actors, null learner
 def bench_sampling(cfg, spec, args) -> float:
-    from distrl.engine.actor import actor_contexts, run_actor
-    from distrl.engine.storage import Channels, RolloutStorage
     from distrl.intrinsic import intrinsic_for_run
     from distrl.nn.actor_learner import DistributedActorLearner
     from distrl.rollout import RolloutLayout
+    from distrl.sampling.actor import actor_contexts, run_actor
+    from distrl.sampling.slots import Channels, RolloutStorage
 
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
@@ -212,11 +212,12 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     ``train.prefetch=true`` through the learner thread's own :class:`BatchSource`, which copies the
     next batch beside the update from twice B slots that a thread here puts back on the full
     queue as soon as they are freed (so that figure also holds the queues' traffic)."""
-    from distrl.engine.learner import Learner, make_optimizer
-    from distrl.engine.schedule import Schedule
-    from distrl.engine.storage import BatchSource, RolloutStorage
+    from distrl.learning.batches import BatchSource
+    from distrl.learning.learner import Learner, make_optimizer
+    from distrl.learning.schedule import Schedule
     from distrl.nn.actor_learner import DistributedActorLearner
     from distrl.rollout import RolloutLayout
+    from distrl.sampling.slots import RolloutStorage
 
     cfg = OmegaConf.create(cfg_dict)
     placement = plan(cfg)

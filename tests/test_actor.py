@@ -19,11 +19,11 @@ import torch.multiprocessing as mp
 from conftest import compose_train
 
 from distrl.config.placement import plan
-from distrl.engine.actor import act, actor_contexts
-from distrl.engine.storage import Channels, RolloutStorage
 from distrl.envs import env_spec
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.rollout import RolloutLayout
+from distrl.sampling.actor import act, actor_contexts
+from distrl.sampling.slots import Channels, RolloutStorage
 
 T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 

@@ -28,8 +28,9 @@ from conftest import (
 )
 
 from distrl.cli.evaluate import evaluation_precision
-from distrl.engine.evaluator import Evaluations
-from distrl.engine.trainer import DistributedTrainer
+from distrl.runtime.evaluator import Evaluations
+from distrl.runtime.reporter import Reporter
+from distrl.runtime.trainer import DistributedTrainer
 from distrl.utils.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 from distrl.utils.telemetry import NullTelemetry
 
@@ -219,20 +220,22 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     finishes."""
     cfg = compose_train([*TINY_CARTPOLE, "train.eval_interval=1000"])
     trainer = DistributedTrainer(cfg, tmp_path, progress=False)
-    trainer.telemetry = NullTelemetry()
+    # log_eval's part of a reporter: no channels or workers (no actor runs here)
+    trainer.reporter = Reporter(NullTelemetry(), None, trainer.ranks, trainer.learner, trainer.stats, None,
+                                trainer.policy, 1)
     trainer.evaluations = Evaluations(trainer.policy.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
     trainer._evaluate_when_due(1000, done=False)
     assert trainer.evaluations.busy and trainer.counters["last_eval_step"] == 0
     trainer.evaluations.stop()  # as the shutdown does
     assert trainer.counters["last_eval_step"] == 0  # what the checkpoint saved after it records
-    assert trainer.evals.due(1000)  # so a run resumed from it evaluates at its first tick
+    assert trainer.checkpointer.evals.due(1000)  # so a run resumed from it evaluates at its first tick
 
     trainer.evaluations = Evaluations(trainer.policy.learner, cfg.env, 1, cfg.seed)
     trainer._evaluate_when_due(1000, done=False)
     trainer.evaluations.running.result()
     trainer._evaluate_when_due(1500, done=False)  # logs it; the next one is due at 2000
     assert trainer.counters["last_eval_step"] == 1000 and not trainer.evaluations.busy
-    assert not trainer.evals.due(1999) and trainer.evals.due(2000)
+    assert not trainer.checkpointer.evals.due(1999) and trainer.checkpointer.evals.due(2000)
     trainer.evaluations.stop()
 
 

@@ -13,10 +13,11 @@ from conftest import compose_train, metrics, run_distrl
 
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.nn.actor_critic import ActorCritic, AgentState, step_policy
+from distrl.nn.actor_critic import ActorCritic
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.normalization import RunningMeanStd, normalise_batch
+from distrl.sampling.policy import AgentState, step_policy
 from distrl.utils.checkpoint import load_checkpoint
 
 MJ = ["experiment=mujoco", "num_actors=1", "envs_per_actor=4", "num_steps=16", "batch_size=8",

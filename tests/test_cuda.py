@@ -21,13 +21,14 @@ import torch
 from conftest import TINY_PONG, compose_train, metrics, run_distrl
 from test_learner import OBS, A, B, T, on_policy_batch
 
-from distrl.engine.learner import Learner, make_optimizer
-from distrl.engine.queues import drain
-from distrl.engine.schedule import Schedule
-from distrl.engine.storage import BatchSource, RolloutStorage
+from distrl.learning.batches import BatchSource
+from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.schedule import Schedule
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
+from distrl.sampling.queues import drain
+from distrl.sampling.slots import RolloutStorage
 from distrl.utils.checkpoint import load_checkpoint
 
 STEPS = 1600  # agent steps: 20 updates of T x B = 80, and an evaluation at 800

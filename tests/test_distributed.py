@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, metrics, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from distrl.engine.trainer import DistributedTrainer
+from distrl.runtime.trainer import DistributedTrainer
 from distrl.utils.checkpoint import load_checkpoint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

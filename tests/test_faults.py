@@ -20,8 +20,8 @@ import torch
 from conftest import TINY_CARTPOLE, DistrlProcess, compose_train, run_distrl
 
 from distrl import runs
-from distrl.engine import supervisor
-from distrl.engine.trainer import DistributedTrainer, Stalled, TrainingError
+from distrl.runtime import supervisor
+from distrl.runtime.trainer import DistributedTrainer, Stalled, TrainingError
 from distrl.utils.checkpoint import load_checkpoint
 
 TESTS_DIR = str(Path(__file__).resolve().parent)

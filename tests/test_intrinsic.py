@@ -354,7 +354,7 @@ def test_intrinsic_settings_that_cannot_work_are_refused(overrides, key):
 
 
 def test_the_intrinsic_weight_follows_its_schedule():
-    from distrl.engine.schedule import Schedule
+    from distrl.learning.schedule import Schedule
 
     cfg = compose_train(["experiment=cartpole", "intrinsic=rnd", "intrinsic.coef=0.4", "num_steps=10",
                          "batch_size=10", "intrinsic.coef_schedule=[[1000,1.0],[2000,0.0]]"])
@@ -370,7 +370,7 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     run from its run directory starts from its policy weights with a fresh optimizer and counters,
     keeping the module with ``intrinsic=rnd`` and dropping it with ``intrinsic=none``."""
 
-    from distrl.engine.trainer import DistributedTrainer
+    from distrl.runtime.trainer import DistributedTrainer
     from distrl.utils.checkpoint import load_checkpoint
 
     run = tmp_path / "pretrain"
@@ -420,7 +420,7 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
     actors' bonuses, the learner logs them and trains the embedding, and the actors' copy of the
     embedding is the learner's at the end."""
 
-    from distrl.engine.trainer import DistributedTrainer
+    from distrl.runtime.trainer import DistributedTrainer
 
     cfg = compose_train(["experiment=sparse_chain", "intrinsic=e3b", "num_actors=1", "train.num_eval_episodes=0",
                          "train.log_interval=1000", "train.num_train_steps=4000"])

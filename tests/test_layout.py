@@ -17,7 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "distrl"
 # Top to bottom: a module may import modules of its own layer or of the layers below it, never above.
 LAYERS = [
     ("__main__", "cli", "compat"),          # entry points: the commands, the seeds' shapes
-    ("engine", "runs"),                     # the data path and what runs it; reading runs back
+    ("runtime", "runs"),                    # what runs the data path (trainer, supervisor, evaluation); runs read back
+    ("learning",),                          # the data path's second half: batches, the learner, ranks
+    ("sampling",),                          # its first half: the actors, the slots and their queues
     ("config",),                            # schema, composition, validation, the host, placement
     ("agents", "nn", "intrinsic", "envs"),  # losses, networks, intrinsic rewards, environments
     ("rollout", "utils", "version"),        # the rollout's layout; what knows nothing of RL
@@ -64,7 +66,7 @@ def imports(path: Path, known: set[str]) -> list[tuple[str, int, bool]]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             if base.split(".")[0] == "distrl":
-                for alias in node.names:  # `from distrl.engine import logs` imports distrl.engine.logs
+                for alias in node.names:  # `from distrl.sampling import logs` imports distrl.sampling.logs
                     name = f"{base}.{alias.name}"
                     found.append((name if name in known else base, node.lineno, in_function))
         for child in ast.iter_child_nodes(node):

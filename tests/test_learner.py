@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import compose_train
 
-from distrl.engine.learner import Learner, make_optimizer
-from distrl.engine.schedule import Schedule
+from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.schedule import Schedule
 from distrl.nn.actor_learner import DistributedActorLearner
 
 T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9

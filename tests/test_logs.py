@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from distrl.engine.logs import MAX_MESSAGE_BYTES, ActorLogWriter, log_to_queue
-from distrl.engine.queues import MessageQueue
+from distrl.sampling.logs import MAX_MESSAGE_BYTES, ActorLogWriter, log_to_queue
+from distrl.sampling.queues import MessageQueue
 from distrl.utils.telemetry import Telemetry
 
 CTX = multiprocessing.get_context("fork")  # the child runs no torch code
@@ -15,7 +15,7 @@ CTX = multiprocessing.get_context("fork")  # the child runs no torch code
 
 def _actor_logs(log_queue: MessageQueue, actor: int) -> None:
     log_to_queue(log_queue, "INFO", actor)
-    logger = logging.getLogger("distrl.engine.actor")
+    logger = logging.getLogger("distrl.sampling.actor")
     logger.debug("below the level")
     logger.info("actor %d started", actor)
     logger.warning("x" * 3 * MAX_MESSAGE_BYTES + " the end")  # longer than one atomic pipe write

@@ -16,9 +16,9 @@ from distrl.config import host
 from distrl.config.placement import plan
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.engine.learner import Learner, make_optimizer
-from distrl.engine.schedule import Schedule
 from distrl.envs import make_vector_env
+from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.schedule import Schedule
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.nn.precision import autocast
 

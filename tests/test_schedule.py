@@ -4,7 +4,7 @@ import pytest
 from conftest import compose_train
 
 from distrl.config.placement import plan
-from distrl.engine.schedule import Every, Schedule, Throughput, piecewise_factor
+from distrl.learning.schedule import Every, Schedule, Throughput, piecewise_factor
 
 
 def test_every_is_due_once_its_interval_has_passed_since_it_last_ran():

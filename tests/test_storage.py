@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from distrl.config.host import max_indices
-from distrl.engine.queues import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, drain
-from distrl.engine.storage import BatchSource, RolloutStorage
+from distrl.learning.batches import BatchSource
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
+from distrl.sampling.queues import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, drain
+from distrl.sampling.slots import RolloutStorage
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
 

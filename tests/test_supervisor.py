@@ -10,13 +10,13 @@ import time
 import pytest
 import torch
 
-from distrl.engine.actor import ActorContext
-from distrl.engine.distributed import CollectiveFailed
-from distrl.engine.learner import LearnerStats
-from distrl.engine.storage import Channels, RolloutStorage
-from distrl.engine.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
+from distrl.learning.distributed import CollectiveFailed
+from distrl.learning.learner import LearnerStats
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
+from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
+from distrl.sampling.actor import ActorContext
+from distrl.sampling.slots import Channels, RolloutStorage
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
 

@@ -12,7 +12,7 @@ from conftest import TINY_CARTPOLE, TINY_PONG, compose_train, metrics, run_distr
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from distrl.config.host import resolve_precision
-from distrl.engine.trainer import DistributedTrainer
+from distrl.runtime.trainer import DistributedTrainer
 from distrl.utils.checkpoint import load_checkpoint
 
 

@@ -5,7 +5,7 @@ A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`distrl.rollout.STEPS`) are the 
 computed on and row ``T`` (:data:`distrl.rollout.BOOTSTRAP`) the observation whose value bootstraps
 the unroll (:mod:`distrl.rollout`). An agent is a subclass of :class:`AgentLoss` whose ``__call__``
 turns the network's outputs on a (mini)batch into :class:`LossTerms` (total, policy, value,
-entropy and the agent's diagnostics); the learner (:mod:`distrl.engine.learner`) runs the network,
+entropy and the agent's diagnostics); the learner (:mod:`distrl.learning.learner`) runs the network,
 makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks inside the loss.
 
 The policy's outputs are the parameters of the action space's distribution

@@ -38,7 +38,7 @@ def evaluation_precision(state: dict) -> str:
 def main(cfg: DictConfig) -> None:
     """Load ``ckpt``, play ``num_episodes`` episodes, print them and write ``results.json``."""
     checked("eval", cfg, validate_eval)
-    from distrl.engine.evaluator import evaluate, record_episodes
+    from distrl.runtime.evaluator import evaluate, record_episodes
 
     try:
         model, train_cfg, state = load_policy(cfg.ckpt)

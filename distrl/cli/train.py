@@ -54,7 +54,8 @@ def main(cfg: DictConfig) -> float | None:
 
 def _train(cfg: DictConfig) -> float | None:
     from distrl.config.validation import validate
-    from distrl.engine import distributed, logs
+    from distrl.learning import distributed
+    from distrl.sampling import logs
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of several: sized and validated on its share
         distributed.take_core_share()
@@ -65,7 +66,7 @@ def _train(cfg: DictConfig) -> float | None:
         _launch_ranks(cfg, run_dir)
         return
 
-    from distrl.engine.trainer import ActorFailure, DistributedTrainer, RankLost, Stalled, TrainingError
+    from distrl.runtime.trainer import ActorFailure, DistributedTrainer, RankLost, Stalled, TrainingError
 
     ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
     if ranks.enabled:
@@ -100,7 +101,7 @@ def _train(cfg: DictConfig) -> float | None:
 
 def _launch_ranks(cfg: DictConfig, run_dir: str) -> None:
     """``distributed.nproc_per_node`` ranks of this command in ``run_dir``, through torch's elastic launcher."""
-    from distrl.engine import distributed
+    from distrl.learning import distributed
 
     overrides = [a for a in HydraConfig.get().overrides.task
                  if not a.startswith(("distributed.nproc_per_node=", "hydra.run.dir="))]

@@ -3,7 +3,7 @@ arguments) and ``DistributedActorLearner`` (its constructor), thin layers over d
 engine.
 
 Each turns its arguments into distrl config keys (the table is docs/api.md: units, conversions and
-what is refused) and trains with :class:`distrl.engine.trainer.DistributedTrainer`; nothing here
+what is refused) and trains with :class:`distrl.runtime.trainer.DistributedTrainer`; nothing here
 trains by itself. Hsuanwu's trainer is :mod:`distrl.compat.hsuanwu`, rlpack's
 :mod:`distrl.compat.rlpack`.
 
@@ -32,11 +32,11 @@ from distrl.compat.env_objects import env_choice, env_node, writable
 from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.engine.learner import LearnerHook
-from distrl.engine.trainer import DistributedTrainer
+from distrl.learning.learner import LearnerHook
 from distrl.nn import actor_learner
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.encoders import MIN_IMAGE_SIDE
+from distrl.runtime.trainer import DistributedTrainer
 
 __all__ = ["DistributedActorLearner", "DistributedAgent", "IMPALA"]
 
@@ -172,7 +172,7 @@ class DistributedAgent(LearnerHook):
 
         Raises:
             ConfigError: a value distrl refuses. distrl's training errors
-            (:class:`distrl.engine.trainer.TrainingError`) and KeyboardInterrupt (after a checkpoint).
+            (:class:`distrl.runtime.trainer.TrainingError`) and KeyboardInterrupt (after a checkpoint).
         """
         cfg = copy.deepcopy(self.cfg)
         for name, value in (("log_interval", log_interval), ("eval_interval", eval_interval),
@@ -196,7 +196,7 @@ class DistributedAgent(LearnerHook):
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """One learner update on ``batch`` (a ``[T+1, B]`` dict of tensors, the layout of
-        :mod:`distrl.rollout`): IMPALA's (:meth:`distrl.engine.learner.Learner.update`).
+        :mod:`distrl.rollout`): IMPALA's (:meth:`distrl.learning.learner.Learner.update`).
 
         An override runs in the learner thread with the learner's lock held and must return the
         dict this returns (``super().update(batch)``), to which it may add float metrics: they are
@@ -207,7 +207,7 @@ class DistributedAgent(LearnerHook):
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
         """The loss of one optimizer step: ``(total, policy, value, entropy, diagnostics)``, scalar tensors
-        (:meth:`distrl.engine.learner.Learner.loss`). An override may add a term to ``total``, e.g.
+        (:meth:`distrl.learning.learner.Learner.loss`). An override may add a term to ``total``, e.g.
         ``total, *rest = super().loss(...); return (total + 1e-4 * l2, *rest)``."""
         return self._learner().loss(batch, entropy_cost, intrinsic_coef)
 

@@ -15,8 +15,8 @@ from distrl.compat.rllte import hydra_value
 from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.engine import distributed
-from distrl.engine.rundir import default_run_dir
+from distrl.learning import distributed
+from distrl.runtime.rundir import default_run_dir
 
 __all__ = ["SimulatorDistributed"]
 
@@ -78,7 +78,8 @@ class SimulatorDistributed:
 
 
 class _ranks_sized:
-    """Validate as rank 0 of ``n`` would: on its share of the cores (``distrl.engine.distributed.take_core_share``)."""
+    """Validate as rank 0 of ``n`` would: on its share of the cores
+    (``distrl.learning.distributed.take_core_share``)."""
 
     def __init__(self, n: int):
         self.n = n

@@ -146,7 +146,7 @@ def resolve_device(name: str):
     return device
 
 
-INDEX_BYTES = 8  # one slot index in an IndexQueue's pipe (distrl.engine.queues)
+INDEX_BYTES = 8  # one slot index in an IndexQueue's pipe (distrl.sampling.queues)
 
 
 def pipe_max_bytes() -> int:
@@ -159,6 +159,6 @@ def pipe_max_bytes() -> int:
 
 
 def max_indices() -> int:
-    """How many indices a :class:`distrl.engine.queues.IndexQueue` can hold, hence the most rollout
+    """How many indices a :class:`distrl.sampling.queues.IndexQueue` can hold, hence the most rollout
     slots a run may have."""
     return pipe_max_bytes() // INDEX_BYTES

@@ -59,7 +59,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     of them: how a sweep job on its share of the machine will be sized).
 
     - ``device``: ``cuda`` under ``torchrun`` is ``cuda:LOCAL_RANK``; the cores are this rank's share
-      (:func:`distrl.engine.distributed.take_core_share` restricts the process before this runs).
+      (:func:`distrl.learning.distributed.take_core_share` restricts the process before this runs).
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
     - ``learner_threads=auto``: the cores the actors leave (at least 1).

@@ -7,7 +7,7 @@ head of its own and adds the advantages,
 ``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.agents.base.AgentLoss.targets`); with
 ``intrinsic.episodic=true`` it adds the rewards instead, ``r_t = clip(r_ext_t) + coef_t * r_int_t /
 sigma``, in one return. ``coef_t`` is ``intrinsic.coef`` times its schedule
-(:class:`distrl.engine.schedule.Schedule`).
+(:class:`distrl.learning.schedule.Schedule`).
 
 Decisions, with their sources:
 

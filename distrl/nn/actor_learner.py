@@ -1,6 +1,6 @@
 """``DistributedActorLearner``: the network's actor copy, read by the actor processes from shared
 memory, and its learner copy on the training device, published into the actor copy after each
-update by the learner (step 4 of the five files of :mod:`distrl.engine`)."""
+update by the learner (step 4 of the five files of :mod:`distrl.runtime`)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ tensors/lists), ``obs_shape``, ``action_space`` (and ``num_actions`` for a Discr
 run's), ``precision`` (the learner's, ``fp32`` or ``bf16``, as resolved) and,
 with an intrinsic reward, ``intrinsic`` (its networks, running statistics and
 optimizer: :mod:`distrl.intrinsic`). The learning rate and the
-entropy cost follow from the agent steps (:mod:`distrl.engine.schedule`), so
+entropy cost follow from the agent steps (:mod:`distrl.learning.schedule`), so
 a resumed run restores its position from them alone; checkpoints of earlier
 versions also hold a ``scheduler`` entry, which is not needed.
 

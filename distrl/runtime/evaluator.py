@@ -18,8 +18,9 @@ import torch
 from omegaconf import DictConfig
 
 from distrl.envs import eval_seed, make_render_env, make_vector_env
-from distrl.nn.actor_critic import ActorCritic, AgentState, step_policy
+from distrl.nn.actor_critic import ActorCritic
 from distrl.nn.precision import cast_matmul_weights
+from distrl.sampling.policy import AgentState, step_policy
 
 MAX_PARALLEL_ENVS = 16
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from distrl.engine.queues import PIPE_BUF, MessageQueue
+from distrl.sampling.queues import PIPE_BUF, MessageQueue
 
 RUN_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 ACTOR_FORMAT = "[%(asctime)s][actor %(actor)s][%(levelname)s] - %(message)s"

@@ -1,12 +1,12 @@
 """The actor process: step envs with the behaviour policy and fill rollout slots (step 2 of the five
-files of :mod:`distrl.engine`).
+files of :mod:`distrl.runtime`).
 
 Each actor steps ``envs_per_actor`` environments with one batched forward pass of the shared-memory
 actor copy of the network per step (:func:`distrl.nn.actor_critic.step_policy`) and writes each
 environment's unroll into its own storage slot. It uses one torch thread, never touches CUDA,
 ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through ``stop_event``), exits when its
 parent is gone, and returns the slots it holds to the free queue on the way out. Its log records go
-to the trainer through a queue (:mod:`distrl.engine.logs`).
+to the trainer through a queue (:mod:`distrl.sampling.logs`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.engine.logs import log_to_queue
-from distrl.engine.queues import PIPE_BUF
-from distrl.engine.storage import NO_OWNER, Channels, RolloutStorage
 from distrl.envs import VectorStepper, env_seed, final_observations, make_vector_env
 from distrl.intrinsic import ActorBonus
-from distrl.nn.actor_critic import AgentState, StepInputs, final_values, step_policy
 from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
+from distrl.sampling.logs import log_to_queue
+from distrl.sampling.policy import AgentState, StepInputs, final_values, step_policy
+from distrl.sampling.queues import PIPE_BUF
+from distrl.sampling.slots import NO_OWNER, Channels, RolloutStorage
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from distrl.engine.actor import STOP_SIGNALS, ActorContext, run_actor
-from distrl.engine.distributed import CollectiveFailed
-from distrl.engine.learner import Learner, LearnerStats, run_learner_thread
-from distrl.engine.queues import drain
-from distrl.engine.storage import Channels, RolloutStorage
+from distrl.learning.distributed import CollectiveFailed
+from distrl.learning.learner import Learner, LearnerStats, run_learner_thread
+from distrl.sampling.actor import STOP_SIGNALS, ActorContext, run_actor
+from distrl.sampling.queues import drain
+from distrl.sampling.slots import Channels, RolloutStorage
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Workers:
               max_nonfinite_updates: int = 10, check_interval: int = 100, prefetch: bool = False) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
         when the learner's schedule has consumed its budget of agent steps (``prefetch``: each
-        copies its next batch beside its update, :class:`distrl.engine.storage.BatchSource`)."""
+        copies its next batch beside its update, :class:`distrl.sampling.slots.BatchSource`)."""
         self.contexts = list(actor_contexts)
         for actor_id, ctx in enumerate(self.contexts):
             self.actors.append(self._spawn(actor_id, ctx))
@@ -244,3 +244,33 @@ def handling_signals(signals, handler):
     finally:
         for sig, previous in before.items():
             signal.signal(sig, previous)
+
+
+class Watchdog:
+    """Raises :class:`Stalled` once no agent step was consumed for ``stall_timeout`` seconds
+    (``train.stall_timeout``), after logging where every actor and learner thread is
+    (:meth:`Workers.report`)."""
+
+    def __init__(self, workers: Workers, stall_timeout: float, steps: int):
+        self.workers, self.stall_timeout = workers, stall_timeout
+        self.moved_at, self.steps = time.monotonic(), steps
+
+    def check(self, steps: int) -> None:
+        """Called every tick with the agent steps consumed so far.
+
+        Raises:
+            Stalled: ``steps`` has not moved for ``stall_timeout`` seconds.
+        """
+        if steps != self.steps:
+            self.moved_at, self.steps = time.monotonic(), steps
+            return
+        seconds = time.monotonic() - self.moved_at
+        if seconds <= self.stall_timeout:
+            return
+        log.error("no agent step consumed for %.0f s (train.stall_timeout=%g); where everything is:",
+                  seconds, self.stall_timeout)
+        for line in self.workers.report():
+            log.error("  %s", line)
+        raise Stalled(f"stalled: no agent step consumed for {seconds:.0f} s at {steps} agent "
+                      f"steps (train.stall_timeout={self.stall_timeout:g}); train.log says where "
+                      f"each actor and learner was")

@@ -1,7 +1,7 @@
 """The learner: learn from a batch of B full slots, publish the weights (step 4 of the five files of
-:mod:`distrl.engine`).
+:mod:`distrl.runtime`).
 
-A learner thread loops over :meth:`distrl.engine.storage.BatchSource.next` (B full slots copied
+A learner thread loops over :meth:`distrl.sampling.slots.BatchSource.next` (B full slots copied
 into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
 the update) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
 ``agent.num_minibatches`` minibatches of whole unrolls, one optimizer step per minibatch on the
@@ -9,7 +9,7 @@ agent's loss (:mod:`distrl.agents`: IMPALA's, or APPO's clipped surrogate, both 
 targets computed with the network of that step), then the new weights published into the actors'
 copy. With an intrinsic reward (:mod:`distrl.intrinsic`) its rewards are computed once per batch
 and its module trained after the optimizer steps. The learning rate, the entropy cost and the
-intrinsic reward's weight of each update come from :class:`distrl.engine.schedule.Schedule` at the
+intrinsic reward's weight of each update come from :class:`distrl.learning.schedule.Schedule` at the
 learner's update count, the one counter of a run.
 """
 
@@ -26,13 +26,14 @@ import torch
 from omegaconf import DictConfig
 
 from distrl.agents import LossTerms, make_loss
-from distrl.engine.distributed import Ranks
-from distrl.engine.schedule import Position, Schedule
-from distrl.engine.storage import Batch, BatchSource, RolloutStorage
 from distrl.intrinsic import IntrinsicReward
+from distrl.learning.batches import Batch, BatchSource
+from distrl.learning.distributed import Ranks
+from distrl.learning.schedule import Position, Schedule
 from distrl.nn.actor_learner import DistributedActorLearner
 from distrl.nn.normalization import normalise_batch
 from distrl.nn.precision import autocast
+from distrl.sampling.slots import RolloutStorage
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class Learner:
             ``reduce-overhead`` (the forward and backward graphs replayed as CUDA graphs on a GPU:
             one launch for each instead of one per operator) or ``max-autotune``.
         ranks: with several ranks, gradients are averaged across them before every step
-            (:mod:`distrl.engine.distributed`).
+            (:mod:`distrl.learning.distributed`).
         intrinsic: an intrinsic reward module on ``device``, trained after each update; None: none.
         pretraining: the extrinsic reward is left out of the loss (reward-free training).
         precision: ``bf16``: the network's forward under ``torch.autocast`` in bfloat16 (the weights,
