@@ -6,7 +6,7 @@ import torch
 from conftest import compose_train
 from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_policy_batch
 
-from distrl.agents import AppoLoss, ImpalaLoss, make_loss
+from distrl.agents import ClippedSurrogate, PolicyGradient, VTrace, make_loss
 from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
 from distrl.nn.actor_learner import DistributedActorLearner
 
@@ -56,7 +56,7 @@ def test_appos_first_step_is_the_clipped_surrogate_on_the_standardised_on_policy
     """On-policy (ratio 1), one minibatch: the policy term is -mean(r A) with A the standardised
     n-step advantages; the value term is the clipped one around the stored behaviour values."""
     learner, policy = _appo(["agent.value_clip=0.05"])
-    assert isinstance(learner.agent_loss, AppoLoss)
+    assert isinstance(learner.agent_loss.objective, ClippedSurrogate)
     batch = on_policy_batch(policy)
     batch["baseline"] = batch["baseline"] + 0.3  # the stored values differ from the network's: clipping acts
     values, vs = hand_targets(policy, batch)
@@ -100,7 +100,9 @@ def test_an_update_makes_epochs_times_minibatches_steps_on_whole_unrolls_each_wi
 
 def test_the_loss_is_the_agents_own_by_name():
     cfg = compose_train(["experiment=cartpole"])
-    assert isinstance(make_loss(cfg.agent, 2), ImpalaLoss)
+    loss = make_loss(cfg.agent, 2)
+    assert isinstance(loss.objective, PolicyGradient) and isinstance(loss.estimator, VTrace)
     cfg = compose_train(["experiment=cartpole", "agent=appo"])
     loss = make_loss(cfg.agent, 2)
-    assert isinstance(loss, AppoLoss) and (loss.num_epochs, loss.num_minibatches) == (4, 4)
+    assert isinstance(loss.objective, ClippedSurrogate) and isinstance(loss.estimator, VTrace)
+    assert (loss.num_epochs, loss.num_minibatches) == (4, 4)

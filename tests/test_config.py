@@ -155,6 +155,7 @@ BAD = [
     (["experiment=cartpole", "env.id=failing_env:FailsOnCreation-v0"], "env.id"),
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
     (["train.stall_timeout=0"], "train.stall_timeout"),
+    (["agent.estimator=td"], "agent.estimator"),
     (["train.max_actor_restarts=-1"], "train.max_actor_restarts"),
     (["train.max_nonfinite_updates=0"], "train.max_nonfinite_updates"),
     (["train.th_compile=true", "train.compile_mode=fast"], "train.compile_mode"),

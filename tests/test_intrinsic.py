@@ -396,12 +396,12 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
                                    tmp_path / name, progress=False)
         assert_actor_holds(tuned.policy.actor.state_dict(), state["model"])
         assert tuned.counters["agent_steps"] == 0 and tuned.optimizer.state_dict()["state"] == {}
-        assert tuned.checkpoint_state()["pretraining"] is False
+        assert tuned.checkpointer.state()["pretraining"] is False
         if name == "rnd":
             for key, value in tuned.intrinsic.state_dict().items():
                 torch.testing.assert_close(value, state["intrinsic"]["module"][key])
         else:
-            assert tuned.intrinsic is None and "intrinsic" not in tuned.checkpoint_state()
+            assert tuned.intrinsic is None and "intrinsic" not in tuned.checkpointer.state()
 
 
 def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):

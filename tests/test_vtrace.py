@@ -142,3 +142,43 @@ def test_the_batched_recursion_is_the_loop(shape):
         want[t] = acc
     torch.testing.assert_close(vtrace.reverse_discounted_sum(deltas, factors), want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(vtrace.reverse_discounted_sum(deltas, factors, max_elements=0), want)
+
+
+def gae_reference(rewards, values, bootstrap, terminated, truncated, final_values, gamma, lam):
+    """GAE(gamma, lambda) by its backward recursion (Schulman et al. 2016, eq. 16, as CleanRL's PPO
+    computes it): A_t = delta_t + gamma lambda A_{t+1}, cut where the episode ended; after a
+    truncation delta bootstraps from the final observation's value."""
+    T, B = len(rewards), len(rewards[0])
+    adv = [[0.0] * B for _ in range(T)]
+    for b in range(B):
+        following = 0.0
+        for t in reversed(range(T)):
+            ended = terminated[t][b] or truncated[t][b]
+            if terminated[t][b]:
+                next_value = 0.0
+            elif truncated[t][b]:
+                next_value = final_values[t][b]
+            else:
+                next_value = values[t + 1][b] if t + 1 < T else bootstrap[b]
+            delta = rewards[t][b] + gamma * next_value - values[t][b]
+            following = delta + (0.0 if ended else gamma * lam * following)
+            adv[t][b] = following
+    return adv
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gae_is_the_backward_recursion_and_its_targets_the_lambda_returns(seed):
+    from distrl.agents.returns import GAE, Stream
+
+    g = torch.Generator().manual_seed(seed)
+    T, B, gamma, lam = 7, 3, 0.97, 0.9
+    rewards, values = torch.randn(T, B, generator=g), torch.randn(T, B, generator=g)
+    bootstrap, final = torch.randn(B, generator=g), torch.randn(T, B, generator=g)
+    terminated = torch.rand(T, B, generator=g) < 0.15
+    truncated = (torch.rand(T, B, generator=g) < 0.15) & ~terminated
+    log_rhos = torch.randn(T, B, generator=g)  # ignored: GAE is on-policy
+    estimate = GAE(gamma, lam)(log_rhos, Stream(rewards, terminated, truncated, values, bootstrap, final))
+    want = torch.tensor(gae_reference(rewards.tolist(), values.tolist(), bootstrap.tolist(), terminated.tolist(),
+                                      truncated.tolist(), final.tolist(), gamma, lam))
+    torch.testing.assert_close(estimate.advantages, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(estimate.targets, want + values, rtol=1e-5, atol=1e-5)

@@ -1,34 +1,52 @@
-"""Agents: one loss per file, behind one interface (:class:`distrl.agents.base.AgentLoss`).
+"""Agents: a loss is an objective x a return estimator x the action space's distribution
+(:class:`distrl.agents.base.AgentLoss`), one objective per file.
 
-- :mod:`distrl.agents.vtrace`: V-trace's targets and the loss terms, as pure tensor functions;
-- :mod:`distrl.agents.base`: what every loss shares (the batch's rows, V-trace on one or two value
-  heads, minibatches);
-- :mod:`distrl.agents.impala`: IMPALA's loss (``agent=impala``; what the seeds' ``IMPALA`` trains);
-- :mod:`distrl.agents.appo`: PPO's clipped surrogate on V-trace's advantages (``agent=appo``, the
-  default).
+- :mod:`distrl.agents.vtrace`: V-trace's recursion and the loss terms, as pure tensor functions;
+- :mod:`distrl.agents.returns`: the return estimators (``agent.estimator``): V-trace, GAE;
+- :mod:`distrl.agents.base`: the composition (the batch's rows and reward streams, the estimator on
+  each, minibatches);
+- :mod:`distrl.agents.impala`: IMPALA's policy gradient (``agent=impala``; what the seeds'
+  ``IMPALA`` trains);
+- :mod:`distrl.agents.appo`: PPO's clipped surrogate (``agent=appo``, the default).
+
+The action distributions are :mod:`distrl.nn.distributions`'.
 """
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from distrl.agents.appo import AppoLoss
-from distrl.agents.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Targets
-from distrl.agents.impala import ImpalaLoss
+from distrl.agents.appo import ClippedSurrogate
+from distrl.agents.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Objective, Targets
+from distrl.agents.impala import PolicyGradient
+from distrl.agents.returns import ESTIMATORS, GAE, VTrace, make_estimator
 from distrl.nn.distributions import ActionSpace
 
-AGENTS: dict[str, type[AgentLoss]] = {"impala": ImpalaLoss, "appo": AppoLoss}
+AGENTS = ("impala", "appo")
 
-__all__ = ["AGENTS", "BOOTSTRAP", "STEPS", "AgentLoss", "AppoLoss", "ImpalaLoss", "LossTerms", "Targets", "make_loss"]
+__all__ = ["AGENTS", "BOOTSTRAP", "ESTIMATORS", "GAE", "STEPS", "AgentLoss", "ClippedSurrogate", "LossTerms",
+           "Objective", "PolicyGradient", "Targets", "VTrace", "make_estimator", "make_loss", "make_objective"]
 
 
-def make_loss(agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False) -> AgentLoss:
-    """The loss of ``agent.name`` (a key of :data:`AGENTS`) over the ``agent`` config node, for actions
-    of ``action_space`` (an int ``A`` means ``Discrete(A)``).
+def make_objective(agent: DictConfig) -> Objective:
+    """The objective of ``agent.name`` over the ``agent`` node's values.
 
     Raises:
         ValueError: another name (validation refuses it first).
     """
-    if agent.name not in AGENTS:
-        raise ValueError(f"agent.name={agent.name!r}: use one of {', '.join(AGENTS)}")
-    return AGENTS[agent.name](agent, action_space, pretraining)
+    if agent.name == "impala":
+        return PolicyGradient(agent.baseline_cost)
+    if agent.name == "appo":
+        return ClippedSurrogate(agent.clip, agent.value_clip, agent.baseline_cost)
+    raise ValueError(f"agent.name={agent.name!r}: use one of {', '.join(AGENTS)}")
+
+
+def make_loss(agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False) -> AgentLoss:
+    """The loss of ``agent.name`` (one of :data:`AGENTS`: its objective, :func:`make_objective`) on the
+    targets of ``agent.estimator`` (:func:`make_estimator`), for actions of ``action_space`` (an int
+    ``A`` means ``Discrete(A)``).
+
+    Raises:
+        ValueError: another agent or estimator name (validation refuses them first).
+    """
+    return AgentLoss(make_objective(agent), agent, action_space, pretraining)

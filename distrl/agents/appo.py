@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from distrl.agents import vtrace
-from distrl.agents.base import STEPS, AgentLoss, LossTerms
+from distrl.agents.base import STEPS, LossTerms, Targets
 
 
 def clipped_surrogate_loss(log_ratios: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
@@ -68,22 +68,25 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: 
     return 0.5 * errors.mean()
 
 
-class AppoLoss(AgentLoss):
-    """APPO's loss; the module docstring gives its terms. Call as :meth:`AgentLoss.__call__`.
+class ClippedSurrogate:
+    """APPO's objective; the module docstring gives its terms (:class:`distrl.agents.base.Objective`).
 
-    Adds to the config of :class:`AgentLoss`: ``clip`` (the ratio's clip, > 0) and ``value_clip``
-    (null, or > 0, in the units of the clipped reward's return).
+    Args:
+        clip: the ratio's clip (``agent.clip``, > 0).
+        value_clip: the value's clip (``agent.value_clip``: None, or > 0 in the units of the clipped
+            reward's return).
+        baseline_cost: the value loss's weight (``agent.baseline_cost``).
     """
 
-    def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                 entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
-        agent = self.agent
-        targets = self.targets(batch, params, values, intrinsic_coef)
-        pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, agent.clip)
+    def __init__(self, clip: float, value_clip: float | None, baseline_cost: float):
+        self.clip, self.value_clip, self.baseline_cost = clip, value_clip, baseline_cost
+
+    def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms:
+        pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, self.clip)
         old_values = batch["baseline"][STEPS]
-        value_loss = clipped_value_loss(targets.values[0], old_values, targets.vs[0], agent.value_clip)
+        value_loss = clipped_value_loss(targets.values[0], old_values, targets.vs[0], self.value_clip)
         for v, vs in zip(targets.values[1:], targets.vs[1:], strict=True):  # the intrinsic head
             value_loss = value_loss + vtrace.baseline_loss(vs - v)
         entropy_loss = -targets.entropy.mean()
-        total = pg_loss + agent.baseline_cost * value_loss + entropy_cost * entropy_loss
-        return LossTerms(total, pg_loss, value_loss, entropy_loss, ratio_diagnostics(targets.log_rhos, agent.clip))
+        total = pg_loss + self.baseline_cost * value_loss + entropy_cost * entropy_loss
+        return LossTerms(total, pg_loss, value_loss, entropy_loss, ratio_diagnostics(targets.log_rhos, self.clip))

@@ -1,12 +1,17 @@
-"""What every agent's loss shares: the batch's rows, V-trace's targets for one or two value heads,
-and the split of a batch into minibatches.
+"""An agent's loss as three parts composed: the action distribution, a return estimator and an
+objective (:class:`AgentLoss`), with the split of a batch into minibatches.
 
 A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`distrl.rollout.STEPS`) are the steps the loss is
 computed on and row ``T`` (:data:`distrl.rollout.BOOTSTRAP`) the observation whose value bootstraps
-the unroll (:mod:`distrl.rollout`). An agent is a subclass of :class:`AgentLoss` whose ``__call__``
-turns the network's outputs on a (mini)batch into :class:`LossTerms` (total, policy, value,
-entropy and the agent's diagnostics); the learner (:mod:`distrl.learning.learner`) runs the network,
-makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks inside the loss.
+the unroll (:mod:`distrl.rollout`). On a (mini)batch and the network's outputs on it,
+:meth:`AgentLoss.targets` scores the stored actions under the current and the behaviour
+distribution, splits the rewards into streams (:meth:`AgentLoss.streams`: the extrinsic one, and an
+intrinsic one with its own value head), runs the return estimator on each
+(:mod:`distrl.agents.returns`: V-trace or GAE) and combines their advantages; the objective
+(:mod:`distrl.agents.impala`'s policy gradient, :mod:`distrl.agents.appo`'s clipped surrogate) turns
+those :class:`Targets` into :class:`LossTerms`. The learner (:mod:`distrl.learning.learner`) runs the
+network, makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks inside
+the loss.
 
 The policy's outputs are the parameters of the action space's distribution
 (:mod:`distrl.nn.distributions`: logits, or a Gaussian's mean and log-std); the losses see the
@@ -19,12 +24,13 @@ for a discrete one.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.agents import vtrace
+from distrl.agents.returns import GAE, Stream, VTrace, make_estimator
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import BOOTSTRAP, STEPS
 
@@ -46,15 +52,15 @@ class LossTerms(NamedTuple):
 
 
 class Targets(NamedTuple):
-    """V-trace's outputs on a batch, for the loss.
+    """What an objective needs of a (mini)batch: the return estimator's outputs and the policy's scores.
 
     ``log_rhos``: ``[T, B]`` ``log pi(a_t|x_t) - log mu(a_t|x_t)`` of the current network against
     the behaviour policy, with gradient through ``pi``; ``log_probs``: ``[T, B]`` ``log pi(a_t|x_t)``
     with gradient; ``entropy``: ``[T, B]`` the current policy's entropy (nats, summed over the action's
     dimensions) with gradient; ``advantages``: ``[T, B]`` the policy
     gradient's advantages (no gradient); ``values``: per value head, ``V(x_t)`` ``[T, B]`` with
-    gradient; ``vs``: per value head, the V-trace targets ``[T, B]`` (no gradient). The heads are
-    the extrinsic one, then with an intrinsic value head the intrinsic one.
+    gradient; ``vs``: per value head, the estimator's value targets ``[T, B]`` (no gradient). The heads
+    are the extrinsic one, then with an intrinsic value head the intrinsic one.
     """
 
     log_rhos: torch.Tensor
@@ -65,17 +71,26 @@ class Targets(NamedTuple):
     vs: list[torch.Tensor]
 
 
+class Objective(Protocol):
+    """What an agent optimizes, given :meth:`AgentLoss.targets` on a (mini)batch: ``objective(batch,
+    targets, entropy_cost)`` -> :class:`LossTerms` (:class:`distrl.agents.impala.PolicyGradient`,
+    :class:`distrl.agents.appo.ClippedSurrogate`)."""
+
+    def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms: ...
+
+
 class AgentLoss:
-    """The base of an agent's loss: the config node, V-trace's targets and the optimizer steps'
-    plan. Subclasses define ``__call__``.
+    """An agent's loss: ``objective`` on the targets of ``estimator`` for the actions of
+    ``action_space``, and the plan of a batch's optimizer steps.
 
     Args:
-        agent: the ``agent`` config node (``discount``, ``reward_clip``, ``rho_bar``, ``c_bar``,
-            ``trace_lambda``, ``normalize_advantages``, ``baseline_cost``, ``num_epochs``,
-            ``num_minibatches`` and the agent's own keys).
+        objective: what is minimised (:class:`Objective`).
+        agent: the ``agent`` config node (``discount``, ``reward_clip``, ``estimator``, ``rho_bar``,
+            ``c_bar``, ``trace_lambda``, ``normalize_advantages``, ``num_epochs``, ``num_minibatches``).
         action_space: the actions' space, whose distribution scores them
             (:class:`distrl.nn.distributions.ActionSpace`; an int ``A`` means ``Discrete(A)``).
         pretraining: the extrinsic reward is left out (reward-free training with an intrinsic one).
+        estimator: the return estimator (:mod:`distrl.agents.returns`); None: ``agent.estimator``'s.
 
     Attributes:
         agent: the node's values, read once into plain Python values (``agent.clip`` as on the node),
@@ -84,13 +99,15 @@ class AgentLoss:
         num_minibatches: minibatches each pass splits the batch into (along B, whole unrolls).
     """
 
-    def __init__(self, agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False):
+    def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
+                 pretraining: bool = False, estimator: VTrace | GAE | None = None):
+        self.objective = objective
         self.agent = SimpleNamespace(**OmegaConf.to_container(agent, resolve=True))
+        self.estimator = estimator if estimator is not None else make_estimator(agent)
         self.action_space = ActionSpace.of(action_space)
         self.pretraining = pretraining
         self.num_epochs = int(agent.num_epochs)
         self.num_minibatches = int(agent.get("num_minibatches", 1))
-        self.trace_lambda = float(agent.get("trace_lambda", 1.0))
         self.normalize_advantages = bool(agent.normalize_advantages)
 
     def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
@@ -99,24 +116,20 @@ class AgentLoss:
         (``[T+1, B]``, or ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row
         of ``batch``.
         Returns :class:`LossTerms`, scalar tensors averaged over the ``T x B`` steps."""
-        raise NotImplementedError
+        return self.objective(batch, self.targets(batch, params, values, intrinsic_coef), entropy_cost)
 
-    def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                intrinsic_coef: float = 0.0) -> Targets:
-        """V-trace on ``batch`` (Espeholt et al. 2018, Section 4) with the current network's policy
-        parameters ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``).
+    def streams(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
+                intrinsic_coef: float = 0.0) -> list[tuple[Stream, float]]:
+        """The batch's reward streams and the weight of each one's advantages: the intrinsic-extrinsic
+        combination.
 
-        The log importance weights are the difference of the current and the behaviour
-        distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
-        whatever the network's precision.
-
-        Rewards are the extrinsic ones clipped to ``agent.reward_clip`` (0 when pretraining). With
-        ``batch["intrinsic_reward"]`` (``[T, B]``, normalised): on a network with an intrinsic value
-        head, that head gets its own V-trace targets of the intrinsic return (discounted by
-        ``agent.discount``, not cut at episode ends; Burda et al. 2019, Section 2.3) and the advantage
-        is ``A_ext + intrinsic_coef x A_int``; on a network with one head (``intrinsic.episodic``),
-        the reward is the extrinsic one plus ``intrinsic_coef`` times it. With
-        ``agent.normalize_advantages`` the advantages are standardised over the batch given.
+        The extrinsic stream's rewards are the extrinsic ones clipped to ``agent.reward_clip`` (0 when
+        pretraining), its episodes end where the env's did. With ``batch["intrinsic_reward"]``
+        (``[T, B]``, normalised): on a network with an intrinsic value head (``values [T+1, B, 2]``),
+        a second stream of the intrinsic return with weight ``intrinsic_coef``, discounted by
+        ``agent.discount`` and not cut at episode ends (Burda et al. 2019, Section 2.3); on a network
+        with one head (``intrinsic.episodic``), the extrinsic stream's reward is the extrinsic one plus
+        ``intrinsic_coef`` times it.
         """
         agent = self.agent
         two_heads = values.dim() == 3
@@ -128,30 +141,38 @@ class AgentLoss:
             rewards = torch.zeros_like(rewards)
         if "intrinsic_reward" in batch and not two_heads:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
+        baseline = values[STEPS]
+        streams = [(Stream(rewards, batch["terminated"][STEPS], batch["truncated"][STEPS], baseline,
+                           values[BOOTSTRAP], batch["truncation_value"][STEPS]), 1.0)]
+        if two_heads:
+            never = torch.zeros_like(batch["terminated"][STEPS], dtype=torch.bool)
+            intrinsic_baseline = intrinsic_values[STEPS]
+            streams.append((Stream(batch.get("intrinsic_reward", torch.zeros_like(rewards)), never, never,
+                                   intrinsic_baseline, intrinsic_values[BOOTSTRAP],
+                                   torch.zeros_like(intrinsic_baseline)), intrinsic_coef))
+        return streams
+
+    def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
+                intrinsic_coef: float = 0.0) -> Targets:
+        """The estimator on each of :meth:`streams` with the current network's policy parameters
+        ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``), the advantages summed
+        with the streams' weights (``A_ext + intrinsic_coef x A_int``) and, with
+        ``agent.normalize_advantages``, standardised over the batch given.
+
+        The log importance weights are the difference of the current and the behaviour
+        distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
+        whatever the network's precision; both streams share them.
+        """
         actions = batch["action"][STEPS]
-        # the importance weights, once for both returns
         policy = self.action_space.distribution(params[STEPS])
         log_probs = policy.log_prob(actions)
         log_rhos = log_probs - self.action_space.distribution(batch["policy_params"][STEPS]).log_prob(actions)
-        traces = {"discount": agent.discount, "rho_bar": agent.rho_bar, "c_bar": agent.c_bar,
-                  "trace_lambda": self.trace_lambda}
-        baseline = values[STEPS]
-        extrinsic = vtrace.vtrace_with_episode_ends(
-            log_rhos=log_rhos, rewards=rewards, terminated=batch["terminated"][STEPS],
-            truncated=batch["truncated"][STEPS], values=baseline, bootstrap_value=values[BOOTSTRAP],
-            truncation_values=batch["truncation_value"][STEPS], **traces)
-        advantages, heads, vs = extrinsic.pg_advantages, [baseline], [extrinsic.vs]
-        if two_heads:
-            never = torch.zeros_like(actions, dtype=torch.bool)
-            intrinsic_baseline = intrinsic_values[STEPS]
-            intrinsic = vtrace.vtrace_with_episode_ends(
-                log_rhos=log_rhos, rewards=batch.get("intrinsic_reward", torch.zeros_like(rewards)),
-                terminated=never, truncated=never, values=intrinsic_baseline,
-                bootstrap_value=intrinsic_values[BOOTSTRAP], truncation_values=torch.zeros_like(intrinsic_baseline),
-                **traces)
-            advantages = advantages + intrinsic_coef * intrinsic.pg_advantages
-            heads.append(intrinsic_baseline)
-            vs.append(intrinsic.vs)
+        advantages, heads, vs = None, [], []
+        for stream, weight in self.streams(batch, values, intrinsic_coef):
+            estimate = self.estimator(log_rhos, stream)
+            advantages = estimate.advantages if advantages is None else advantages + weight * estimate.advantages
+            heads.append(stream.values)
+            vs.append(estimate.targets)
         if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
         return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs)

@@ -1,13 +1,14 @@
-"""IMPALA's loss (Espeholt et al. 2018, Section 4.2): what ``agent=impala`` trains.
+"""IMPALA's objective (Espeholt et al. 2018, Section 4.2): what ``agent=impala`` trains, on the
+targets of the run's return estimator (V-trace by default, :mod:`distrl.agents.returns`).
 
 ``policy gradient + baseline_cost x value loss + entropy_cost x (negative entropy)``, each averaged
 over the ``T x B`` steps of the batch (IMPALA sums them; :mod:`distrl.agents.vtrace` says why distrl
 averages):
 
-- the policy gradient ``-mean log pi(a_t|x_t) A_t`` with V-trace's advantages
-  ``A_t = rho_t (r_t + gamma v_{t+1} - V(x_t))`` (standardised over the batch with
+- the policy gradient ``-mean log pi(a_t|x_t) A_t`` with the estimator's advantages (V-trace's:
+  ``A_t = rho_t (r_t + gamma v_{t+1} - V(x_t))``; standardised over the batch with
   ``agent.normalize_advantages``, as PPO's implementations do);
-- the value loss ``0.5 mean (v_t - V(x_t))^2`` toward V-trace's targets, per value head;
+- the value loss ``0.5 mean (v_t - V(x_t))^2`` toward the estimator's targets, per value head;
 - the entropy bonus, the mean negative entropy of the policy (``mean sum_a pi log pi`` for a
   categorical; summed over an action's dimensions for MultiDiscrete and Box actions).
 
@@ -20,17 +21,22 @@ from __future__ import annotations
 import torch
 
 from distrl.agents import vtrace
-from distrl.agents.base import AgentLoss, LossTerms
+from distrl.agents.base import LossTerms, Targets
 
 
-class ImpalaLoss(AgentLoss):
-    """IMPALA's loss; the module docstring gives its terms. Call as :meth:`AgentLoss.__call__`."""
+class PolicyGradient:
+    """IMPALA's objective; the module docstring gives its terms (:class:`distrl.agents.base.Objective`).
 
-    def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                 entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
-        targets = self.targets(batch, params, values, intrinsic_coef)
+    Args:
+        baseline_cost: the value loss's weight (``agent.baseline_cost``).
+    """
+
+    def __init__(self, baseline_cost: float):
+        self.baseline_cost = baseline_cost
+
+    def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms:
         pg_loss = -(targets.log_probs * targets.advantages.detach()).mean()
         value_loss = sum(vtrace.baseline_loss(vs - v) for v, vs in zip(targets.values, targets.vs, strict=True))
         entropy_loss = -targets.entropy.mean()
-        total = pg_loss + self.agent.baseline_cost * value_loss + entropy_cost * entropy_loss
+        total = pg_loss + self.baseline_cost * value_loss + entropy_cost * entropy_loss
         return LossTerms(total, pg_loss, value_loss, entropy_loss)

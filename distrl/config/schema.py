@@ -69,9 +69,10 @@ class AgentConfig:
     baseline_cost: float = MISSING
     discount: float = MISSING
     reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
+    estimator: str = MISSING  # the return estimator: vtrace | gae (distrl/agents/returns.py)
     rho_bar: float = MISSING
     c_bar: float = MISSING
-    trace_lambda: float = MISSING  # V-trace's c_s = lambda min(c_bar, rho_s), in (0, 1]
+    trace_lambda: float = MISSING  # V-trace's c_s = lambda min(c_bar, rho_s), in (0, 1]; GAE's lambda
     max_grad_norm: float = MISSING
     num_epochs: int = MISSING  # passes over each batch
     num_minibatches: int = MISSING  # minibatches of whole unrolls each pass splits the batch into

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from distrl.agents.returns import ESTIMATORS
 from distrl.config import host
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
@@ -277,6 +278,7 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
 def _validate_agent(agent: DictConfig, batch_size: int) -> None:
     _check(agent.name in AGENT_SCHEMAS, "agent", agent.name, ", ".join(AGENT_SCHEMAS))
     _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
+    _check(agent.estimator in ESTIMATORS, "agent.estimator", agent.estimator, ", ".join(ESTIMATORS))
     _validate_schedule_points(agent.entropy_schedule)
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
         _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
