@@ -22,6 +22,7 @@ Example (rllte's quick start with the import changed)::
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from distrl.compat.env_objects import env_choice, env_node, writable
 from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
-from distrl.learning.learner import LearnerHook
+from distrl.learning.learner import Learner
 from distrl.nn import actor_learner
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.encoders import MIN_IMAGE_SIDE
@@ -71,7 +72,7 @@ def hydra_value(value: Any) -> str:
     return str(value)
 
 
-class DistributedAgent(LearnerHook):
+class DistributedAgent:
     """rllte's ``DistributedAgent(env, eval_env, tag, seed, device, num_steps, num_actors,
     num_learners, num_storages, **kwargs)``: a distrl run, configured from these arguments.
 
@@ -188,9 +189,9 @@ class DistributedAgent(LearnerHook):
             cfg.train.num_eval_episodes = int(num_eval_episodes)
             cfg.train.th_compile = bool(th_compile)
         validated = validate(cfg)
-        self.trainer = DistributedTrainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg)
+        self.trainer = DistributedTrainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg,
+                                          learner_class=functools.partial(_AgentLearner, agent=self))
         self.run_dir = self.trainer.run_dir  # a second train() continues in it (resume=auto)
-        self.trainer.learner.hook = self  # update() and loss() below, or a subclass's overrides
         self.cfg = cfg
         return self.trainer.train()
 
@@ -202,14 +203,15 @@ class DistributedAgent(LearnerHook):
         dict this returns (``super().update(batch)``), to which it may add float metrics: they are
         logged as ``losses/<name>``.
         """
-        return self._learner().update(batch)
+        learner = self._learner()
+        return Learner.update(learner, batch, learner.stop)
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
         """The loss of one optimizer step: ``(total, policy, value, entropy, diagnostics)``, scalar tensors
         (:meth:`distrl.learning.learner.Learner.loss`). An override may add a term to ``total``, e.g.
         ``total, *rest = super().loss(...); return (total + 1e-4 * l2, *rest)``."""
-        return self._learner().loss(batch, entropy_cost, intrinsic_coef)
+        return Learner.loss(self._learner(), batch, entropy_cost, intrinsic_coef)
 
     def eval(self, num_eval_episodes: int) -> dict[str, Any]:
         """Play ``num_eval_episodes`` episodes with the current weights on the evaluation env.
@@ -238,6 +240,23 @@ class DistributedAgent(LearnerHook):
     def policy(self):
         """The ``DistributedActorLearner`` (after :meth:`train`)."""
         return None if self.trainer is None else self.trainer.policy
+
+
+class _AgentLearner(Learner):
+    """distrl's learner with a :class:`DistributedAgent`'s ``update`` and ``loss`` (a subclass's
+    overrides, which reach distrl's through ``super()``) in place of its own: the adapter that keeps
+    rllte's override points out of the learner's code."""
+
+    def __init__(self, *args, agent: DistributedAgent, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.agent_overrides = agent
+
+    def update(self, batch: dict[str, torch.Tensor], stop=None) -> dict[str, Any]:
+        return self.agent_overrides.update(batch)
+
+    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
+             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
+        return self.agent_overrides.loss(batch, entropy_cost, intrinsic_coef)
 
 
 class IMPALA(DistributedAgent):

@@ -66,8 +66,8 @@ class Learner:
         agent: the ``agent`` config node.
         device: the learner copy's device.
         compile: ``torch.compile`` :meth:`loss`, the learner network's forward pass and the
-            agent's loss as one graph (their backward pass with them). A :attr:`hook`'s own
-            ``loss`` is not compiled; the :meth:`loss` it may call is.
+            agent's loss as one graph (their backward pass with them). A subclass's own
+            :meth:`loss` is not compiled; ``Learner.loss``, which it may call, is.
         compile_mode: ``torch.compile``'s ``mode`` with ``compile``: ``default``,
             ``reduce-overhead`` (the forward and backward graphs replayed as CUDA graphs on a GPU:
             one launch for each instead of one per operator) or ``max-autotune``.
@@ -81,10 +81,6 @@ class Learner:
             clip are fp32); ``fp32``: no autocast.
 
     Attributes:
-        hook: a :class:`LearnerHook` whose ``update`` a learner thread calls for each batch and whose
-            ``loss`` each optimizer step calls, instead of :meth:`update` and :meth:`loss`; None: these
-            (:class:`distrl.compat.rllte.DistributedAgent` sets itself, so that a subclass's overrides
-            run in the learner).
         agent_loss: the agent's loss (:func:`distrl.agents.make_loss` of ``agent``).
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
             the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
@@ -112,8 +108,7 @@ class Learner:
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
-        self.hook: LearnerHook | None = None
-        self.stop: threading.Event | None = None  # the running learner thread's (step), for a hook's update
+        self.stop: threading.Event | None = None  # the running learner thread's (step), for an override's update
 
     @property
     def updates(self) -> int:
@@ -133,10 +128,11 @@ class Learner:
         return self.schedule.at(self.updates)
 
     def step(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
-        """What a learner thread calls for each batch: :meth:`update`, or :attr:`hook`'s ``update``
-        (which reaches :meth:`update` through ``super().update(batch)``, with ``stop``)."""
+        """What a learner thread calls for each batch: :meth:`update` (the seeds' adapter,
+        :mod:`distrl.compat.rllte`, puts a user's ``update`` here, which reaches :meth:`update` without
+        ``stop``: it is kept in :attr:`stop`)."""
         self.stop = stop
-        return self.hook.update(batch) if self.hook is not None else self.update(batch, stop)
+        return self.update(batch, stop)
 
     def update(self, batch: dict[str, torch.Tensor], stop: threading.Event | None = None) -> dict[str, float]:
         """``agent.num_epochs x agent.num_minibatches`` optimizer steps on one ``[T+1, B]`` batch from
@@ -235,8 +231,8 @@ class Learner:
         loss's diagnostics (:class:`distrl.agents.LossTerms`), floats, and whether the step was made."""
         if self._cuda_graph_steps:
             torch.compiler.cudagraph_mark_step_begin()
-        loss = self.hook.loss if self.hook is not None else self.loss
-        total, policy, value, entropy, *rest = loss(batch, entropy_cost, intrinsic_coef)  # a hook's: 4 terms
+        # an override's loss (distrl.compat.rllte) may give 4 terms, without the diagnostics
+        total, policy, value, entropy, *rest = self.loss(batch, entropy_cost, intrinsic_coef)
         diagnostics = (rest[0] if rest else None) or {}
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
@@ -251,26 +247,6 @@ class Learner:
         if finite:
             self.optimizer.step()
         return scalars, finite
-
-
-class LearnerHook:
-    """What a user may put in place of the learner's update and loss (:attr:`Learner.hook`): rllte's
-    ``DistributedAgent`` is one, and a subclass of it overrides these.
-
-    ``update(batch)`` makes one learner update on a ``[T+1, B]`` batch (the layout of
-    :mod:`distrl.rollout`) and returns :meth:`Learner.update`'s dict, to which it may add float
-    metrics (logged as ``losses/<name>``); ``loss(batch, entropy_cost, intrinsic_coef)`` returns
-    ``(total, policy, value, entropy)`` for one optimizer step, optionally with a fifth item, a dict
-    of diagnostics, as :meth:`Learner.loss`. Both run in
-    the learner thread with the learner's lock held.
-    """
-
-    def update(self, batch: dict[str, torch.Tensor]) -> dict:
-        raise NotImplementedError
-
-    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
-        raise NotImplementedError
 
 
 @dataclass

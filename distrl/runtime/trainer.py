@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,9 @@ class DistributedTrainer:
         validated: what :func:`distrl.config.validation.validate` returned for ``cfg`` (the command
             validates first); None: ``cfg`` is validated here.
         eval_env: the ``env`` node evaluations use; None: ``cfg.env``.
+        learner_class: builds the learner, with :class:`distrl.learning.learner.Learner`'s arguments
+            (the seeds' adapter, :mod:`distrl.compat.rllte`, gives a subclass with a user's ``update``
+            and ``loss``).
 
     With ``cfg.resume`` (``auto``: ``run_dir/checkpoints/latest.pt`` if there is one) the run
     continues from that checkpoint: weights, optimizer, the update count (hence the schedule) and
@@ -95,7 +99,8 @@ class DistributedTrainer:
     """
 
     def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike | None = None, progress: bool | None = None,
-                 ranks: Ranks | None = None, validated: Validated | None = None, eval_env: DictConfig | None = None):
+                 ranks: Ranks | None = None, validated: Validated | None = None, eval_env: DictConfig | None = None,
+                 learner_class: Callable[..., Learner] = Learner):
         self.placement, self.spec = validated or validate(cfg)
         self.cfg = cfg
         self.eval_env = cfg.env if eval_env is None else eval_env
@@ -120,7 +125,7 @@ class DistributedTrainer:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
         self.optimizer = make_optimizer(self.policy, cfg.agent)
-        self.learner = Learner(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
+        self.learner = learner_class(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
                                compile=cfg.train.th_compile, ranks=self.ranks, intrinsic=self.intrinsic,
                                pretraining=cfg.train.pretraining, precision=self.placement.precision,
                                compile_mode=cfg.train.compile_mode)
