@@ -2,9 +2,9 @@
 
 The Python API, distrl's own::
 
-    from distrl import DistributedTrainer, compose_config
+    from distrl import Trainer, compose_config
     cfg = compose_config(["experiment=cartpole", "train.num_train_steps=100000"])
-    trainer = DistributedTrainer(cfg, run_dir="outputs/api-run")
+    trainer = Trainer(cfg, run_dir="outputs/api-run")
     trainer.train()
 
 and the seeds' shapes (:mod:`distrl.compat`, docs/api.md): rllte's ``DistributedAgent``, ``IMPALA``
@@ -12,8 +12,11 @@ and ``DistributedActorLearner``, Hsuanwu's ``DistributedTrainer(cfgs, train_env,
 rlpack's ``SimulatorDistributed``.
 
 The package, by role (each imports only the ones below it): ``cli`` and ``compat`` (entry points)
--> ``engine`` (the data path and what runs it) -> ``config`` (schema, composition, validation, the
-host) -> ``agents``, ``nn``, ``intrinsic``, ``envs`` -> ``rollout``, ``utils``.
+-> ``runtime`` (what runs a run: the trainer and its parts, the supervisor, evaluation) ->
+``learning`` (batches, the learner, ranks) -> ``sampling`` (the actors, the slots and their queues)
+-> ``config`` (schema, composition, validation, the host) -> ``agents``, ``nn``, ``intrinsic``,
+``envs`` -> ``rollout``, ``utils``. One rollout reads ``sampling`` then ``learning`` in the order
+their package docstrings give.
 """
 
 from distrl.config.schema import register_configs as _register_configs
@@ -25,7 +28,7 @@ from distrl.version import __version__
 _register_configs()
 
 __all__ = ["IMPALA", "DistributedActorLearner", "DistributedAgent", "DistributedTrainer", "SimulatorDistributed",
-           "__version__", "compose_config"]
+           "Trainer", "__version__", "compose_config"]
 
 # name -> (module, attribute): imported on first use (PEP 562), so that `distrl --help`, shell
 # completion and config errors answer without importing torch
@@ -35,6 +38,7 @@ _LAZY = {
     "DistributedAgent": ("distrl.compat.rllte", "DistributedAgent"),
     "IMPALA": ("distrl.compat.rllte", "IMPALA"),
     "SimulatorDistributed": ("distrl.compat.rlpack", "SimulatorDistributed"),
+    "Trainer": ("distrl.runtime.trainer", "Trainer"),
     "compose_config": ("distrl.config.compose", "compose_config"),
 }
 

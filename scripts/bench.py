@@ -95,7 +95,7 @@ def _inference_worker(obs_shape, obs_dtype: str, action_space, model_cfg: dict, 
 
     pin_process(cores)
     torch.set_num_threads(1)
-    # as the actors hold it: bf16 weights for bf16 (DistributedActorLearner.freeze)
+    # as the actors hold it: bf16 weights for bf16 (ActorLearner.share_actor)
     model = inference_copy(ActorCritic(tuple(obs_shape), action_space, OmegaConf.create(model_cfg)), "cpu", precision)
     if obs_dtype == "uint8":
         obs = torch.randint(0, 255, (batch, *obs_shape), dtype=torch.uint8)
@@ -145,16 +145,16 @@ def bench_inference(cfg, spec, args) -> float:
 # ---------------------------------------------------------------- S: real actors, null learner
 def bench_sampling(cfg, spec, args) -> float:
     from distrl.intrinsic import intrinsic_for_run
-    from distrl.nn.actor_learner import DistributedActorLearner
+    from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
     from distrl.sampling.actor import actor_contexts, run_actor
     from distrl.sampling.slots import Channels, RolloutStorage
 
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
-    policy = DistributedActorLearner(spec.obs_shape, spec.action_space, cfg.model,
-                                     return_norm=bool(cfg.agent.normalize_returns))
-    policy.freeze(actor_precision=placement.actor_precision)
+    policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
+                          return_norm=bool(cfg.agent.normalize_returns))
+    policy.share_actor(actor_precision=placement.actor_precision)
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
     channels = Channels.create(storage, ctx, placement.num_actors)
     stop, episodes = channels.stop_event, channels.episode_queue
@@ -215,7 +215,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     from distrl.learning.batches import BatchSource
     from distrl.learning.learner import Learner, make_optimizer
     from distrl.learning.schedule import Schedule
-    from distrl.nn.actor_learner import DistributedActorLearner
+    from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
     from distrl.sampling.slots import RolloutStorage
 
@@ -223,9 +223,9 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     placement = plan(cfg)
     torch.set_num_threads(placement.learner_threads)
     device = placement.device
-    policy = DistributedActorLearner(spec.obs_shape, spec.action_space, cfg.model,
-                                     return_norm=bool(cfg.agent.normalize_returns)).to(device)
-    policy.freeze(actor_precision=placement.actor_precision)
+    policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
+                          return_norm=bool(cfg.agent.normalize_returns)).to(device)
+    policy.share_actor(actor_precision=placement.actor_precision)
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)
     steps_per_update = schedule.steps_per_update

@@ -20,7 +20,7 @@ from conftest import compose_train
 
 from distrl.config.placement import plan
 from distrl.envs import env_spec
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.sampling.actor import act, actor_contexts
 from distrl.sampling.slots import Channels, RolloutStorage
@@ -28,13 +28,13 @@ from distrl.sampling.slots import Channels, RolloutStorage
 T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 
 
-def collect(overrides: list[str]) -> tuple[list[dict], DistributedActorLearner]:
+def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
     # fp32: the learner's recomputation below must match the stored behaviour outputs exactly
     cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1", "precision=fp32"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
-    policy = DistributedActorLearner(spec.obs_shape, spec.action_space, cfg.model)
-    policy.freeze()
+    policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model)
+    policy.share_actor()
     ctx = mp.get_context("spawn")
     storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
     channels = Channels.create(storage, ctx, 1)

@@ -8,7 +8,7 @@ from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_poli
 
 from distrl.agents import ClippedSurrogate, PolicyGradient, VTrace, make_loss
 from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 
 
 def test_the_clipped_surrogate_stops_the_gradient_outside_the_clip_on_the_advantages_side():
@@ -47,8 +47,8 @@ def _appo(overrides=()):
     cfg = compose_train(["experiment=cartpole", "agent=appo", f"agent.discount={GAMMA}", "agent.trace_lambda=1.0",
                          "agent.num_minibatches=1", *overrides])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((OBS,), A, cfg.model)
-    policy.freeze()
+    policy = ActorLearner((OBS,), A, cfg.model)
+    policy.share_actor()
     return learner_for(cfg, policy), policy
 
 

@@ -30,7 +30,7 @@ from conftest import (
 from distrl.cli.evaluate import evaluation_precision
 from distrl.runtime.evaluator import Evaluations
 from distrl.runtime.reporter import Reporter
-from distrl.runtime.trainer import DistributedTrainer
+from distrl.runtime.trainer import Trainer
 from distrl.utils.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 from distrl.utils.telemetry import NullTelemetry
 
@@ -126,7 +126,7 @@ def test_a_checkpoint_of_751cbb7_resumes_weights_optimizer_schedule_and_counters
     saved = state["agent_steps"]
     assert (saved, state["updates"]) == (800, 10) and "scheduler" in state
     cfg = compose_train([*OLD_RUN, f"train.num_train_steps={2 * saved}", f"resume={OLD_CHECKPOINT}"])
-    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    trainer = Trainer(cfg, tmp_path, progress=False)
     steps_per_update = cfg.num_steps * cfg.batch_size
     expected_lr = cfg.agent.lr * (1 - saved / (2 * saved))
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected_lr)
@@ -153,7 +153,7 @@ def test_resume_with_another_env_names_the_mismatch(tmp_path):
     cfg = compose_train([*OLD_RUN, "env.id=Acrobot-v1", f"resume={OLD_CHECKPOINT}"])
     with pytest.raises(CheckpointError, match=r"^cannot resume from .*: env.id='CartPole-v1' in the checkpoint, "
                                               r"env.id='Acrobot-v1' here$"):
-        DistributedTrainer(cfg, tmp_path, progress=False)
+        Trainer(cfg, tmp_path, progress=False)
 
 
 def test_resume_with_another_optimizer_names_the_agent_to_continue_with(tmp_path):
@@ -164,7 +164,7 @@ def test_resume_with_another_optimizer_names_the_agent_to_continue_with(tmp_path
     expected = (r"^cannot resume from .*: agent.optimizer='rmsprop' \(agent=impala\) in the checkpoint, "
                 r"'adam' \(agent=appo\) here: continue it with agent=impala$")
     with pytest.raises(CheckpointError, match=expected):
-        DistributedTrainer(cfg, tmp_path, progress=False)
+        Trainer(cfg, tmp_path, progress=False)
 
 
 def test_a_run_directory_with_a_checkpoint_resumes_by_default_and_resume_false_starts_afresh(pong_run, tmp_path):
@@ -174,12 +174,12 @@ def test_a_run_directory_with_a_checkpoint_resumes_by_default_and_resume_false_s
     shutil.copytree(pong_run.run_dir, run_dir)
     latest = run_dir / "checkpoints" / "latest.pt"
     state = load_checkpoint(latest)
-    again = DistributedTrainer(compose_train(PONG_RUN), run_dir, progress=False)
+    again = Trainer(compose_train(PONG_RUN), run_dir, progress=False)
     assert again.resumed_from == latest
     assert again.counters["agent_steps"] == state["agent_steps"] and again.counters["updates"] == state["updates"]
     assert_actor_holds(again.policy.actor.state_dict(), state["model"])
     again.run_lock.release()  # as train() does when it ends
-    fresh = DistributedTrainer(compose_train([*PONG_RUN, "resume=false"]), run_dir, progress=False)
+    fresh = Trainer(compose_train([*PONG_RUN, "resume=false"]), run_dir, progress=False)
     assert fresh.resumed_from is None and fresh.counters["agent_steps"] == 0 and fresh.counters["updates"] == 0
 
 
@@ -207,7 +207,7 @@ def test_resume_from_best_continues_from_the_best_evaluation(pong_run, tmp_path)
     assert state["agent_steps"] == state["updates"] * state["config"]["num_steps"] * state["config"]["batch_size"]
     assert state["last_save_step"] <= state["agent_steps"]
     cfg = compose_train([*PONG_RUN, f"resume={best}"])
-    trainer = DistributedTrainer(cfg, tmp_path / "from-best", progress=False)
+    trainer = Trainer(cfg, tmp_path / "from-best", progress=False)
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.counters["best_eval_return"] == state["best_eval_return"]
     assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])  # the actors start with the best weights
@@ -219,7 +219,7 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     point of its curve (Atari-5's DoubleDunk run lost its 7.5M evaluation so); it counts when it
     finishes."""
     cfg = compose_train([*TINY_CARTPOLE, "train.eval_interval=1000"])
-    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    trainer = Trainer(cfg, tmp_path, progress=False)
     # log_eval's part of a reporter: no channels or workers (no actor runs here)
     trainer.reporter = Reporter(NullTelemetry(), None, trainer.ranks, trainer.learner, trainer.stats, None,
                                 trainer.policy, 1)
@@ -243,7 +243,7 @@ def test_init_model_path_loads_weights_only(pong_run, tmp_path):
     path = pong_run.run_dir / "checkpoints" / "latest.pt"
     state = load_checkpoint(path)
     cfg = compose_train([*PONG_RUN, f"train.init_model_path={path}"])
-    trainer = DistributedTrainer(cfg, tmp_path / "finetune", progress=False)
+    trainer = Trainer(cfg, tmp_path / "finetune", progress=False)
     for name, value in trainer.policy.learner.state_dict().items():
         torch.testing.assert_close(value, state["model"][name])
     assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])  # published to the actors too
@@ -313,3 +313,32 @@ def test_eval_scores_in_the_precision_of_the_runs_own_evaluations():
     del state["actor_precision"]
     state["config"]["precision"] = "bf16"
     assert evaluation_precision(state) == "bf16"
+
+
+MOVED = {  # checkpoints written by main at 2bd13d2, before the engine became sampling/, learning/, runtime/
+    "cartpole-2bd13d2.pt": OLD_RUN,
+    "pendulum-2bd13d2.pt": ["experiment=mujoco", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=2",
+                            "num_steps=8", "batch_size=4", "agent.num_minibatches=2", "agent.num_epochs=2",
+                            "learner_threads=1", "train.num_eval_episodes=0"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_a_checkpoint_of_the_main_before_the_move_resumes_and_trains_on(name, tmp_path):
+    """Weights, running statistics (the Box run's observation and return normalisation), optimizer
+    and counters of a checkpoint written before the engine's modules moved come back, and the run
+    goes on from them."""
+    path = REPO / "tests" / "data" / name
+    state = load_checkpoint(path)
+    saved = state["agent_steps"]
+    if name.startswith("pendulum"):
+        assert {"obs_norm.mean", "return_norm.var"} <= set(state["model"]) and state["action_space"]["kind"] == "box"
+    cfg = compose_train([*MOVED[name], f"train.num_train_steps={2 * saved}", f"resume={path}"])
+    trainer = Trainer(cfg, tmp_path, progress=False)
+    for key, value in trainer.policy.learner.state_dict().items():
+        torch.testing.assert_close(value, state["model"][key])
+    assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])
+    assert trainer.counters["agent_steps"] == saved and trainer.counters["updates"] == state["updates"] == 10
+    assert trainer.optimizer.state_dict()["state"].keys() == state["optimizer"]["state"].keys()
+    counters = trainer.train()
+    assert counters["agent_steps"] >= 2 * saved and counters["updates"] > 10

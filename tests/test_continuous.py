@@ -14,7 +14,7 @@ from conftest import compose_train, metrics, run_distrl
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
 from distrl.nn.actor_critic import ActorCritic
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.normalization import RunningMeanStd, normalise_batch
 from distrl.sampling.policy import AgentState, step_policy
@@ -70,8 +70,8 @@ def test_running_statistics_merge_batches_as_one_and_reach_the_actor_copy():
     torch.testing.assert_close(norm.var, everything.var(0, correction=0), rtol=1e-4, atol=1e-4)
 
     cfg = compose_train(["experiment=mujoco"])
-    pair = DistributedActorLearner((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model, return_norm=True)
-    pair.freeze()
+    pair = ActorLearner((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model, return_norm=True)
+    pair.share_actor()
     batch = {"obs": torch.randn(5, 2, 3, generator=g) + 4, "discounted_return": torch.randn(5, 2, generator=g) * 10,
              "reward": torch.ones(5, 2)}
     seen = normalise_batch(pair.learner, batch)

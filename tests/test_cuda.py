@@ -24,7 +24,7 @@ from test_learner import OBS, A, B, T, on_policy_batch
 from distrl.learning.batches import BatchSource
 from distrl.learning.learner import Learner, make_optimizer
 from distrl.learning.schedule import Schedule
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.sampling.queues import drain
@@ -112,10 +112,10 @@ def test_the_compiled_update_as_cuda_graphs_steps_as_eager_does():
     cfg.train.num_train_steps = 10**9
     device = torch.device("cuda")
 
-    def build(compile: bool) -> tuple[Learner, DistributedActorLearner]:
+    def build(compile: bool) -> tuple[Learner, ActorLearner]:
         torch.manual_seed(0)
-        policy = DistributedActorLearner((OBS,), A, cfg.model).to(device)
-        policy.freeze()
+        policy = ActorLearner((OBS,), A, cfg.model).to(device)
+        policy.share_actor()
         schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
         return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, device, compile=compile,
                        compile_mode="reduce-overhead"), policy

@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY_CARTPOLE, TINY_PONG, DistrlProcess, assert_actor_holds, compose_train, metrics, run_distrl
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from distrl.runtime.trainer import DistributedTrainer
+from distrl.runtime.trainer import Trainer
 from distrl.utils.checkpoint import load_checkpoint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -56,7 +56,7 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
 
     # a checkpoint of 2 ranks continues on 1: counters, schedule position, weights
     cfg = compose_train([*TWO_RANKS, "train.num_train_steps=10000", f"resume={run_dir}"])
-    trainer = DistributedTrainer(cfg, tmp_path / "one", progress=False)
+    trainer = Trainer(cfg, tmp_path / "one", progress=False)
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.position.updates == state["agent_steps"] // (20 * 4)  # T x B of one rank
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.agent.lr * (1 - state["agent_steps"] / 10000))

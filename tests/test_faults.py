@@ -21,7 +21,7 @@ from conftest import TINY_CARTPOLE, DistrlProcess, compose_train, run_distrl
 
 from distrl import runs
 from distrl.runtime import supervisor
-from distrl.runtime.trainer import DistributedTrainer, Stalled, TrainingError
+from distrl.runtime.trainer import Trainer, Stalled, TrainingError
 from distrl.utils.checkpoint import load_checkpoint
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
@@ -143,10 +143,10 @@ def test_an_env_that_always_fails_stops_after_the_restart_budget(tmp_path):
     assert _consistent(load_checkpoint(run_dir / "checkpoints" / "latest.pt"))  # one to resume from
 
 
-def _train_failing(env_id: str, run_dir: Path, *overrides: str) -> DistributedTrainer:
+def _train_failing(env_id: str, run_dir: Path, *overrides: str) -> Trainer:
     cfg = compose_train([*TINY_CARTPOLE, f"env.id=failing_env:{env_id}", "train.num_train_steps=1000000",
                          "train.num_eval_episodes=0", *overrides])
-    return DistributedTrainer(cfg, run_dir, progress=False)
+    return Trainer(cfg, run_dir, progress=False)
 
 
 @pytest.mark.long
@@ -191,7 +191,7 @@ def test_a_failed_save_keeps_the_last_checkpoint_and_training_goes_on(tmp_path, 
     error that ends the run (the command's one line) says why."""
     cfg = compose_train(TINY_CARTPOLE + ["train.num_eval_episodes=0", "train.num_train_steps=1000",
                                          "train.save_interval=300"])
-    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    trainer = Trainer(cfg, tmp_path, progress=False)
     first = trainer.save()
     real_save = torch.save
 

@@ -11,7 +11,7 @@ from test_learner import learner_for, on_policy_batch
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 
 T, B, A = 8, 4, 5
 
@@ -266,8 +266,8 @@ def test_e3b_trains_its_embedding_by_inverse_dynamics_and_publishes_it_to_the_ac
 def _learner(overrides: list[str]):
     cfg = compose_train(["experiment=cartpole", *overrides])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
-    policy.freeze()
+    policy = ActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
+    policy.share_actor()
     module = make_intrinsic((4,), cfg.intrinsic, num_envs=2)
     learner = learner_for(cfg, policy)
     learner.intrinsic = module
@@ -370,29 +370,29 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     run from its run directory starts from its policy weights with a fresh optimizer and counters,
     keeping the module with ``intrinsic=rnd`` and dropping it with ``intrinsic=none``."""
 
-    from distrl.runtime.trainer import DistributedTrainer
+    from distrl.runtime.trainer import Trainer
     from distrl.utils.checkpoint import load_checkpoint
 
     run = tmp_path / "pretrain"
     common = ["experiment=sparse_chain", "num_actors=1", "train.num_eval_episodes=0", "train.log_interval=1000"]
     cfg = compose_train([*common, "intrinsic=rnd", "train.pretraining=true", "train.num_train_steps=3000"])
-    DistributedTrainer(cfg, run, progress=False).train()
+    Trainer(cfg, run, progress=False).train()
     state = load_checkpoint(run / "checkpoints" / "latest.pt")
     assert state["pretraining"] is True and {"module", "optimizer"} <= set(state["intrinsic"])
     records = metrics(run)
     assert any("charts/episodic_return" in r for r in records)
     assert any(r.get("charts/intrinsic_reward", 0) > 0 for r in records)
 
-    resumed = DistributedTrainer(compose_train([*common, "intrinsic=rnd", "train.pretraining=true",
+    resumed = Trainer(compose_train([*common, "intrinsic=rnd", "train.pretraining=true",
                                                 "train.num_train_steps=6000", f"resume={run}"]), tmp_path / "r")
     for name, value in resumed.intrinsic.state_dict().items():
         torch.testing.assert_close(value, state["intrinsic"]["module"][name])
     assert resumed.intrinsic.optimizer.state_dict()["state"].keys() == state["intrinsic"]["optimizer"]["state"].keys()
     with pytest.raises(Exception, match="intrinsic=rnd in the checkpoint, intrinsic=re3 here"):
-        DistributedTrainer(compose_train([*common, "intrinsic=re3", f"resume={run}"]), tmp_path / "x")
+        Trainer(compose_train([*common, "intrinsic=re3", f"resume={run}"]), tmp_path / "x")
 
     for name in ("rnd", "none"):
-        tuned = DistributedTrainer(compose_train([*common, f"intrinsic={name}", f"train.init_model_path={run}"]),
+        tuned = Trainer(compose_train([*common, f"intrinsic={name}", f"train.init_model_path={run}"]),
                                    tmp_path / name, progress=False)
         assert_actor_holds(tuned.policy.actor.state_dict(), state["model"])
         assert tuned.counters["agent_steps"] == 0 and tuned.optimizer.state_dict()["state"] == {}
@@ -405,12 +405,13 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
 
 
 def test_the_seed_api_saves_pretrained_and_fine_tuned_weights_by_step(tmp_path):
-    cfg = compose_train(["experiment=sparse_chain"])
-    policy = DistributedActorLearner((40,), 2, cfg.model)
+    from distrl.compat.rllte import DistributedActorLearner
+
+    policy = DistributedActorLearner((40,), 2, feature_dim=64, hidden_dim=64)
     first = policy.save(tmp_path, pretraining=True, global_step=5000)
     second = policy.save(tmp_path, pretraining=False, global_step=8000)
     assert (first.name, second.name) == ("pretrained_5000.pth", "agent_8000.pth")
-    other = DistributedActorLearner((40,), 2, cfg.model)
+    other = DistributedActorLearner((40,), 2, feature_dim=64, hidden_dim=64)
     other.load(str(first), "cpu")
     assert_actor_holds(other.actor.state_dict(), policy.learner.state_dict())
 
@@ -420,11 +421,11 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
     actors' bonuses, the learner logs them and trains the embedding, and the actors' copy of the
     embedding is the learner's at the end."""
 
-    from distrl.runtime.trainer import DistributedTrainer
+    from distrl.runtime.trainer import Trainer
 
     cfg = compose_train(["experiment=sparse_chain", "intrinsic=e3b", "num_actors=1", "train.num_eval_episodes=0",
                          "train.log_interval=1000", "train.num_train_steps=4000"])
-    trainer = DistributedTrainer(cfg, tmp_path, progress=False)
+    trainer = Trainer(cfg, tmp_path, progress=False)
     trainer.train()
     records = metrics(tmp_path)
     logged = [r for r in records if "charts/intrinsic_reward_raw" in r]

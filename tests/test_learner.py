@@ -15,7 +15,7 @@ from conftest import compose_train
 
 from distrl.learning.learner import Learner, make_optimizer
 from distrl.learning.schedule import Schedule
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 
 T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9
 
@@ -32,8 +32,8 @@ def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int
 def make():
     cfg = compose_train(["experiment=cartpole", f"agent.discount={GAMMA}"])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((OBS,), A, cfg.model)
-    policy.freeze()
+    policy = ActorLearner((OBS,), A, cfg.model)
+    policy.share_actor()
     return learner_for(cfg, policy), policy
 
 
@@ -125,8 +125,8 @@ def test_normalize_advantages_standardises_the_policy_gradients_advantages_over_
         cfg = compose_train(["experiment=cartpole", f"agent.discount={GAMMA}",
                              f"agent.normalize_advantages={normalize}"])
         torch.manual_seed(0)
-        policy = DistributedActorLearner((OBS,), A, cfg.model)
-        policy.freeze()
+        policy = ActorLearner((OBS,), A, cfg.model)
+        policy.share_actor()
         batch = on_policy_batch(policy)
         with torch.no_grad():
             logits, _, _ = policy.learner(batch["obs"], batch["first"])
@@ -145,8 +145,8 @@ def test_normalize_advantages_standardises_the_policy_gradients_advantages_over_
 def test_the_learning_rate_warms_up_linearly_then_decays_to_zero():
     W, N = 5 * T * B, 20 * T * B  # warm-up over 5 updates, budget of 20 updates
     cfg = compose_train(["experiment=cartpole", f"agent.lr_warmup_steps={W}"])
-    policy = DistributedActorLearner((OBS,), A, cfg.model)
-    policy.freeze()
+    policy = ActorLearner((OBS,), A, cfg.model)
+    policy.share_actor()
     learner = learner_for(cfg, policy, N)
     rates = [learner.update(on_policy_batch(policy, seed))["learning_rate"] for seed in range(20)]
     expected = [cfg.agent.lr * min(1, (k + 1) / 5) * (1 - k / 20) for k in range(20)]
@@ -157,8 +157,8 @@ def test_a_schedule_of_points_holds_the_entropy_cost_then_ramps_it_to_the_last_f
     """``[[2TB, 1.0], [6TB, 0.2]]``: the update at k x T x B agent steps uses ``entropy_cost`` times
     1 up to 2 updates in, then 0.8, 0.6, 0.4, then 0.2 for good."""
     cfg = compose_train(["experiment=cartpole", f"agent.entropy_schedule=[[{2 * T * B},1.0],[{6 * T * B},0.2]]"])
-    policy = DistributedActorLearner((OBS,), A, cfg.model)
-    policy.freeze()
+    policy = ActorLearner((OBS,), A, cfg.model)
+    policy.share_actor()
     learner = learner_for(cfg, policy, 100 * T * B)
     costs = [learner.update(on_policy_batch(policy, seed))["entropy_cost"] for seed in range(9)]
     factors = [1.0, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2]
@@ -172,8 +172,8 @@ def test_epochs_are_optimizer_steps_on_the_same_batch_with_one_schedule_step():
     def build(epochs: int):
         cfg = compose_train(["experiment=cartpole", f"agent.num_epochs={epochs}"])
         torch.manual_seed(0)
-        policy = DistributedActorLearner((OBS,), A, cfg.model)
-        policy.freeze()
+        policy = ActorLearner((OBS,), A, cfg.model)
+        policy.share_actor()
         return learner_for(cfg, policy, 10 * T * B), policy  # the lr falls by a tenth an update
 
     twice, policy2 = build(2)
@@ -214,8 +214,8 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
             frames.append(torch.from_numpy(obs))
     finally:
         env.close()
-    policy = DistributedActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
-    policy.freeze()
+    policy = ActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
+    policy.share_actor()
     learner = Learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
                       torch.device("cpu"))
     obs = torch.stack(frames)  # [T+1, B, 4, 84, 84] uint8
@@ -247,12 +247,12 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
     tests/test_cuda.py checks them). About 20 s of compiling on 2 cores each."""
     from torch._dynamo.utils import counters
 
-    def build(compile: bool) -> tuple[Learner, DistributedActorLearner]:
+    def build(compile: bool) -> tuple[Learner, ActorLearner]:
         cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.num_minibatches=2", "agent.num_epochs=2"])
         cfg.train.num_train_steps = 10**9
         torch.manual_seed(0)
-        policy = DistributedActorLearner((OBS,), A, cfg.model)
-        policy.freeze()
+        policy = ActorLearner((OBS,), A, cfg.model)
+        policy.share_actor()
         schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
         return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
                        compile=compile, compile_mode=mode), policy

@@ -1,22 +1,26 @@
-"""The seed API of DistributedActorLearner: describe, explore, freeze, forward, to, save, load."""
+"""The actor and learner copies (distrl.nn.actor_learner.ActorLearner: describe, share_actor, publish,
+to, load) and rllte's methods on them (distrl.compat.rllte.DistributedActorLearner: explore, freeze,
+forward, save)."""
 
 import pytest
 import torch
 from conftest import compose_train
 
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 
 
 def make(model: str, obs_shape):
     cfg = compose_train([f"model={model}", "experiment=cartpole" if model == "mlp" else "env=atari"])
-    return DistributedActorLearner(obs_shape, 6, cfg.model)
+    return ActorLearner(obs_shape, 6, cfg.model)
 
 
 def test_actor_and_learner_copies(tmp_path):
-    policy = make("nature_cnn", (4, 84, 84))
+    from distrl.compat.rllte import DistributedActorLearner
+
+    policy = DistributedActorLearner((4, 84, 84), 6)  # the Nature CNN, as make("nature_cnn", ...)
     assert policy.describe().endswith(f"{sum(p.numel() for p in policy.learner.parameters()):,} parameters")
     policy.to("cpu")
-    policy.freeze()
+    policy.share_actor()
     assert all(p.is_shared() and not p.requires_grad for p in policy.actor.parameters())
     assert all(p.requires_grad for p in policy.learner.parameters())
 
@@ -38,7 +42,7 @@ def test_actor_and_learner_copies(tmp_path):
 
     path = tmp_path / "weights.pt"
     policy.save(str(path))
-    other = make("nature_cnn", (4, 84, 84))
+    other = make("nature_cnn", (4, 84, 84))  # distrl's own, from the config: the same network
     other.load(str(path))
     for a, b in zip(other.learner.state_dict().values(), policy.learner.state_dict().values(), strict=True):
         assert torch.equal(a, b)
@@ -60,7 +64,7 @@ def test_every_encoder_runs_an_unroll():
 
 def test_the_previous_action_and_reward_count_within_an_episode_only():
     cfg = compose_train(["env=atari", "model.last_action_reward=true"])
-    net = DistributedActorLearner((4, 84, 84), 6, cfg.model).learner
+    net = ActorLearner((4, 84, 84), 6, cfg.model).learner
     obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)
     first = torch.tensor([[True, True, True], [False, False, False]])
     with pytest.raises(ValueError, match="last_action"):
@@ -98,11 +102,11 @@ def test_layer_norm_puts_a_norm_before_every_activation_and_leaves_the_plain_net
     under bf16 autocast with bf16 weights as the actors run it."""
     from distrl.nn.precision import autocast, cast_matmul_weights
 
-    plain = DistributedActorLearner((4, 84, 84), 6, compose_train([]).model).learner
+    plain = ActorLearner((4, 84, 84), 6, compose_train([]).model).learner
     assert [k for k in plain.state_dict() if k.startswith("encoder")] == [
         "encoder.convs.0.weight", "encoder.convs.0.bias", "encoder.convs.2.weight", "encoder.convs.2.bias",
         "encoder.convs.4.weight", "encoder.convs.4.bias", "encoder.fc.0.weight", "encoder.fc.0.bias"]
-    normed = DistributedActorLearner((4, 84, 84), 6, compose_train(["model.layer_norm=true"]).model).learner
+    normed = ActorLearner((4, 84, 84), 6, compose_train(["model.layer_norm=true"]).model).learner
     norms = [m for m in normed.encoder.modules() if isinstance(m, (torch.nn.GroupNorm, torch.nn.LayerNorm))]
     assert [type(m).__name__ for m in norms] == ["GroupNorm"] * 3 + ["LayerNorm"]
     obs = torch.randint(0, 255, (2, 3, 4, 84, 84), dtype=torch.uint8)

@@ -19,7 +19,7 @@ from distrl.config.validation import validate
 from distrl.envs import make_vector_env
 from distrl.learning.learner import Learner, make_optimizer
 from distrl.learning.schedule import Schedule
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.precision import autocast
 
 
@@ -59,10 +59,10 @@ def _pong_batch(T: int = 20, B: int = 4) -> dict:
 def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
     cfg = compose_train(["env=atari", "agent=impala"])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((4, 84, 84), 6, cfg.model)
+    policy = ActorLearner((4, 84, 84), 6, cfg.model)
     with torch.no_grad():  # logits of a trained policy's size (the initial head gives ~0.01)
         policy.learner.policy.weight.mul_(1000.0)
-    policy.freeze()
+    policy.share_actor()
     obs = _pong_batch()
     T1, B = obs.shape[:2]
     first = torch.zeros(T1, B, dtype=torch.bool)
@@ -104,8 +104,8 @@ def test_the_actors_bf16_copy_acts_exactly_as_autocast_on_the_learners_weights()
     is what the fp32 weights give under autocast, to the bit, before and after a publish."""
     cfg = compose_train(["env=atari", "model.use_lstm=true", "model.last_action_reward=true"])
     torch.manual_seed(0)
-    policy = DistributedActorLearner((4, 84, 84), 6, cfg.model)
-    policy.freeze(actor_precision="bf16")
+    policy = ActorLearner((4, 84, 84), 6, cfg.model)
+    policy.share_actor(actor_precision="bf16")
     assert policy.actor.encoder.fc[0].weight.dtype == policy.actor.policy.bias.dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in policy.actor.core.parameters())  # the LSTM stays fp32
     assert all(p.is_shared() for p in policy.actor.parameters())
@@ -122,8 +122,10 @@ def test_the_actors_bf16_copy_acts_exactly_as_autocast_on_the_learners_weights()
             for p in policy.learner.parameters():
                 p.add_(0.01 * torch.randn_like(p))
         policy.publish()
-    assert policy.explore(obs[0]).shape == (5,)
-    policy.freeze(actor_precision="fp32")  # back to fp32 weights: runs without autocast
+    with torch.no_grad(), autocast("bf16"):
+        out, _ = policy.actor.act(obs[0], first[0], policy.actor.initial_state(5), False, action[0], reward[0])
+    assert out["action"].shape == (5,)
+    policy.share_actor(actor_precision="fp32")  # back to fp32 weights: runs without autocast
     assert all(p.dtype == torch.float32 and p.is_shared() for p in policy.actor.parameters())
     policy.actor(obs, first, policy.actor.initial_state(5), action, reward)
 

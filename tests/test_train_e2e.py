@@ -12,7 +12,7 @@ from conftest import TINY_CARTPOLE, TINY_PONG, compose_train, metrics, run_distr
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from distrl.config.host import resolve_precision
-from distrl.runtime.trainer import DistributedTrainer
+from distrl.runtime.trainer import Trainer
 from distrl.utils.checkpoint import load_checkpoint
 
 
@@ -87,8 +87,8 @@ def test_pong_through_the_command(pong_run):
     assert sum("steps=" in line and "SPS=" in line for line in lines) >= 2  # the periodic plain lines
 
 
-def _train_here(overrides: list[str], run_dir: Path) -> tuple[DistributedTrainer, dict]:
-    trainer = DistributedTrainer(compose_train(overrides), run_dir, progress=False)
+def _train_here(overrides: list[str], run_dir: Path) -> tuple[Trainer, dict]:
+    trainer = Trainer(compose_train(overrides), run_dir, progress=False)
     return trainer, trainer.train()
 
 

@@ -47,7 +47,7 @@ def main(cfg: DictConfig) -> None:
     env_cfg = train_cfg.env
     if env_cfg.get("factory"):  # unpickling it from a file could run any code: only the script that made it
         fail("eval", f"{cfg.ckpt}: its env ({env_cfg.id}) was a Python env factory, which `distrl eval` does not "
-                     f"unpickle from a file; evaluate from Python (DistributedTrainer.test, IMPALA.eval) with the "
+                     f"unpickle from a file; evaluate from Python (distrl.Trainer.test, IMPALA.eval) with the "
                      f"factory, or train with a Gymnasium id", remove_run_dir=True)
     for key, value in cfg.env.items():
         if value is not None:

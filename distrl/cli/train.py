@@ -66,7 +66,7 @@ def _train(cfg: DictConfig) -> float | None:
         _launch_ranks(cfg, run_dir)
         return
 
-    from distrl.runtime.trainer import ActorFailure, DistributedTrainer, RankLost, Stalled, TrainingError
+    from distrl.runtime.trainer import ActorFailure, Trainer, RankLost, Stalled, TrainingError
 
     ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
     if ranks.enabled:
@@ -76,7 +76,7 @@ def _train(cfg: DictConfig) -> float | None:
             if own_dir != run_dir:  # Hydra's ${now} came out another second here
                 remove_if_only_hydra(own_dir)
     try:
-        trainer = DistributedTrainer(cfg, run_dir, ranks=ranks, validated=validated)
+        trainer = Trainer(cfg, run_dir, ranks=ranks, validated=validated)
     except (CheckpointError, ConfigError, RunDirectoryBusy) as exc:
         fail("train", str(exc))
     # A shell that starts a job in the background may leave SIGINT ignored; Ctrl-C and

@@ -1,5 +1,5 @@
 """Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)``: distrl's trainer
-(:class:`distrl.runtime.trainer.DistributedTrainer`) with its envs given as Python objects."""
+(:class:`distrl.runtime.trainer.Trainer`) with its envs given as Python objects."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from distrl.runtime import trainer
 __all__ = ["DistributedTrainer"]
 
 
-class DistributedTrainer(trainer.DistributedTrainer):
+class DistributedTrainer(trainer.Trainer):
     """Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env=None)``, and distrl's
     ``DistributedTrainer(cfg, run_dir=...)`` with the run directory as a keyword.
 
@@ -23,7 +23,7 @@ class DistributedTrainer(trainer.DistributedTrainer):
         train_env, test_env: envs as Python objects (:mod:`distrl.compat.env_objects`: a Gymnasium
             id, a ``gymnasium.make`` env or vector env, or a picklable env factory) that replace
             ``cfgs.env`` for training and for evaluation; None: ``cfgs.env``.
-        **kwargs: the keywords of :class:`distrl.runtime.trainer.DistributedTrainer` (``run_dir``,
+        **kwargs: the keywords of :class:`distrl.runtime.trainer.Trainer` (``run_dir``,
             ``progress``, ``ranks``, ``validated``).
 
     Raises:

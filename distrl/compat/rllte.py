@@ -3,7 +3,7 @@ arguments) and ``DistributedActorLearner`` (its constructor), thin layers over d
 engine.
 
 Each turns its arguments into distrl config keys (the table is docs/api.md: units, conversions and
-what is refused) and trains with :class:`distrl.runtime.trainer.DistributedTrainer`; nothing here
+what is refused) and trains with :class:`distrl.runtime.trainer.Trainer`; nothing here
 trains by itself. Hsuanwu's trainer is :mod:`distrl.compat.hsuanwu`, rlpack's
 :mod:`distrl.compat.rlpack`.
 
@@ -27,17 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from distrl.compat.actor_learner import DistributedActorLearner
 from distrl.compat.env_objects import env_choice, env_node, writable
 from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate
 from distrl.learning.learner import Learner
-from distrl.nn import actor_learner
-from distrl.nn.distributions import ActionSpace
-from distrl.nn.encoders import MIN_IMAGE_SIDE
-from distrl.runtime.trainer import DistributedTrainer
+from distrl.runtime.trainer import Trainer
 
 __all__ = ["DistributedActorLearner", "DistributedAgent", "IMPALA"]
 
@@ -189,7 +187,7 @@ class DistributedAgent:
             cfg.train.num_eval_episodes = int(num_eval_episodes)
             cfg.train.th_compile = bool(th_compile)
         validated = validate(cfg)
-        self.trainer = DistributedTrainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg,
+        self.trainer = Trainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg,
                                           learner_class=functools.partial(_AgentLearner, agent=self))
         self.run_dir = self.trainer.run_dir  # a second train() continues in it (resume=auto)
         self.cfg = cfg
@@ -261,54 +259,3 @@ class _AgentLearner(Learner):
 
 class IMPALA(DistributedAgent):
     """rllte's ``IMPALA``: the concrete :class:`DistributedAgent` (IMPALA is what distrl trains)."""
-
-
-class DistributedActorLearner(actor_learner.DistributedActorLearner):
-    """rllte's ``DistributedActorLearner(observation_space, action_space, feature_dim, hidden_dim,
-    opt_class, opt_kwargs, init_fn, use_lstm)``: distrl's
-    :class:`distrl.nn.actor_learner.DistributedActorLearner` built from these arguments.
-
-    Args:
-        observation_space: a Gymnasium ``Box`` (or one observation's shape): ``[C, H, W] uint8``
-            images get the Nature CNN (the IMPALA ResNet below 36 pixels a side), vectors the MLP.
-        action_space: a Gymnasium ``Discrete``, ``MultiDiscrete`` or ``Box`` of rank 1 (a diagonal
-            Gaussian policy, as rllte's), or the number of discrete actions.
-        feature_dim: the encoder's output features.
-        hidden_dim: the MLP's hidden units (vectors only).
-        opt_class, opt_kwargs: the optimizer over the learner copy, in :attr:`optimizers` ``["opt"]``
-            (``opt_kwargs`` None: the class's defaults). distrl's trainer makes its own from
-            ``agent.*`` instead.
-        init_fn: ``orthogonal``, ``xavier_uniform``, or ``identity`` (rllte's name for the layers'
-            own initialisation; ``default`` in distrl's config).
-        use_lstm: an LSTM core.
-
-    Raises:
-        ValueError: a space distrl cannot model (:class:`distrl.nn.distributions.ActionSpace`; not
-            images or vectors), or an unknown ``init_fn``.
-    """
-
-    INIT_FNS = {"orthogonal": "orthogonal", "xavier_uniform": "xavier_uniform", "identity": "default",
-                "default": "default"}
-
-    def __init__(self, observation_space: Any, action_space: Any, feature_dim: int = 512, hidden_dim: int = 512,
-                 opt_class: type[torch.optim.Optimizer] = torch.optim.Adam, opt_kwargs: dict | None = None,
-                 init_fn: str = "orthogonal", use_lstm: bool = False):
-        obs_shape = tuple(getattr(observation_space, "shape", observation_space))
-        space = ActionSpace.of(action_space)
-        if init_fn not in self.INIT_FNS:
-            raise ValueError(f"init_fn={init_fn!r}: use one of {', '.join(self.INIT_FNS)}")
-        model = OmegaConf.create({"encoder": _seed_encoder(obs_shape), "feature_dim": feature_dim,
-                                  "hidden_dim": hidden_dim, "init_fn": self.INIT_FNS[init_fn],
-                                  "use_lstm": use_lstm, "last_action_reward": False, "layer_norm": False})
-        super().__init__(obs_shape, space, model)
-        self.optimizers["opt"] = opt_class(self.learner.parameters(), **(opt_kwargs or {}))
-
-
-def _seed_encoder(obs_shape: tuple[int, ...]) -> str:
-    """The encoder for observations of ``obs_shape`` built from rllte's signature: the Nature CNN for
-    images of at least 36 pixels a side, the IMPALA ResNet for smaller ones, the MLP for vectors."""
-    if len(obs_shape) == 3:
-        return "nature_cnn" if min(obs_shape[1:]) >= MIN_IMAGE_SIDE["nature_cnn"] else "impala_resnet"
-    if len(obs_shape) == 1:
-        return "mlp"
-    raise ValueError(f"observations of shape {obs_shape}: distrl's policy takes [C, H, W] images or vectors")

@@ -30,7 +30,7 @@ from distrl.intrinsic import IntrinsicReward
 from distrl.learning.batches import Batch, BatchSource
 from distrl.learning.distributed import Ranks
 from distrl.learning.schedule import Position, Schedule
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import normalise_batch
 from distrl.nn.precision import autocast
 from distrl.sampling.slots import RolloutStorage
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 LOSS_NAMES = ("total", "policy", "value", "entropy", "grad_norm")
 
 
-def make_optimizer(policy: DistributedActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
+def make_optimizer(policy: ActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
     """The optimizer over the learner copy: ``agent.optimizer`` is ``rmsprop`` (IMPALA's; decay
     ``alpha``, ``eps``, ``momentum``) or ``adam`` (betas 0.9, 0.999 and ``eps``), at ``agent.lr``.
 
@@ -86,7 +86,7 @@ class Learner:
             the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
     """
 
-    def __init__(self, policy: DistributedActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
+    def __init__(self, policy: ActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
                  agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None,
                  intrinsic: IntrinsicReward | None = None, pretraining: bool = False, precision: str = "fp32",
                  compile_mode: str = "default"):

@@ -3,7 +3,7 @@ reward scaling by the running standard deviation of the discounted return.
 
 :class:`RunningMeanStd` keeps a running mean and variance in buffers of the network, so that one
 set of statistics per run is published to the actors with the weights
-(:meth:`distrl.nn.actor_learner.DistributedActorLearner.publish`), saved in checkpoints and frozen
+(:meth:`distrl.nn.actor_learner.ActorLearner.publish`), saved in checkpoints and frozen
 during evaluation (nothing updates them but the learner). The learner updates them from every batch
 (:meth:`update` with the batch's moments; with several ranks the moments are summed across ranks first,
 so every rank keeps the same statistics). The merge of two sets of moments is Chan et al. 1979

@@ -35,7 +35,7 @@ Around the data path: ``supervisor.py`` starts, watches, restarts and stops the
 actors and learner threads; ``schedule.py`` derives everything from the update count (agent
 steps, the learning rate, the entropy cost) and says when to log, evaluate and save;
 ``evaluator.py`` plays evaluation episodes in the background; ``trainer.py``
-(``DistributedTrainer``) builds the run and drives the schedule loop, with ``checkpointing.py``,
+(``Trainer``) builds the run and drives the schedule loop, with ``checkpointing.py``,
 ``reporting.py`` and ``shutdown.py``; ``distributed.py`` joins several ranks; ``logs.py`` carries
 the actors' log records. The ``auto`` sizes come from :mod:`distrl.config.placement`. Data flows
 one way: config -> trainer -> (storage, actors, learners) -> checkpoints, metrics.

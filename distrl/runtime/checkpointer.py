@@ -1,5 +1,5 @@
 """A run's checkpoints: what one holds, how a run resumes from one, how it is written
-(:class:`Checkpointer`, one part of :class:`distrl.runtime.trainer.DistributedTrainer`).
+(:class:`Checkpointer`, one part of :class:`distrl.runtime.trainer.Trainer`).
 
 A checkpoint (:mod:`distrl.utils.checkpoint` writes and reads the files) is a consistent snapshot
 of the run, taken between two learner updates: the learner's weights, the optimizer's state, the
@@ -24,7 +24,7 @@ from distrl.intrinsic import IntrinsicReward
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner
 from distrl.learning.schedule import Every
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.utils import checkpoint
 from distrl.utils.checkpoint import RunState
 from distrl.version import __version__
@@ -45,7 +45,7 @@ class Checkpointer:
         run_dir: checkpoints go to ``run_dir/checkpoints``.
     """
 
-    def __init__(self, policy: DistributedActorLearner, optimizer: torch.optim.Optimizer,
+    def __init__(self, policy: ActorLearner, optimizer: torch.optim.Optimizer,
                  intrinsic: IntrinsicReward | None, learner: Learner, cfg: DictConfig, spec: EnvSpec,
                  placement: Placement, ranks: Ranks, run_dir: Path):
         self.policy, self.optimizer, self.intrinsic, self.learner = policy, optimizer, intrinsic, learner
@@ -162,7 +162,7 @@ class Checkpointer:
             log.error("best.pt not saved, training goes on: %s", exc)
 
 
-def load_initial_weights(policy: DistributedActorLearner, intrinsic: IntrinsicReward | None, cfg: DictConfig,
+def load_initial_weights(policy: ActorLearner, intrinsic: IntrinsicReward | None, cfg: DictConfig,
                          path: str) -> None:
     """``train.init_model_path`` (a file, or a run directory's latest checkpoint): the policy's
     weights and, when the file holds a module of this run's ``intrinsic.name`` (a pretraining run's

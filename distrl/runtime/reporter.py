@@ -1,5 +1,5 @@
 """What a run logs: finished episodes, the learner's losses and timings, the dormant units and
-evaluations (:class:`Reporter`, one part of :class:`distrl.runtime.trainer.DistributedTrainer`), and
+evaluations (:class:`Reporter`, one part of :class:`distrl.runtime.trainer.Trainer`), and
 the run's first lines (:func:`announce`).
 
 Every scalar goes through :class:`distrl.utils.telemetry.Telemetry` (TensorBoard, metrics.jsonl,
@@ -22,7 +22,7 @@ from distrl.config.placement import Placement
 from distrl.envs import EnvSpec
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner, LearnerStats
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.dormant import dormant_fractions
 from distrl.runtime.evaluator import EvalResult
 from distrl.runtime.supervisor import Workers
@@ -50,7 +50,7 @@ class Reporter:
     """
 
     def __init__(self, telemetry: Telemetry | NullTelemetry, channels: Channels, ranks: Ranks, learner: Learner,
-                 stats: LearnerStats, workers: Workers, policy: DistributedActorLearner, frameskip: int):
+                 stats: LearnerStats, workers: Workers, policy: ActorLearner, frameskip: int):
         self.telemetry, self.channels, self.ranks, self.learner, self.stats = telemetry, channels, ranks, learner, stats
         self.workers, self.policy, self.frameskip = workers, policy, frameskip
 
@@ -135,7 +135,7 @@ class Reporter:
                  result.std_return, len(result.returns))
 
 
-def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, policy: DistributedActorLearner, ranks: Ranks,
+def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, policy: ActorLearner, ranks: Ranks,
              run_dir: Path) -> None:
     """The run's first log lines: where it writes, what it trains on what, in which precision."""
     p = placement

@@ -1,4 +1,4 @@
-"""``DistributedTrainer``: builds a run, runs its schedule (log, evaluate, save) while the workers
+"""``Trainer``: builds a run, runs its schedule (log, evaluate, save) while the workers
 train, and shuts it down.
 
 The trainer process holds the learner threads, the schedule loop and, while one runs, an
@@ -33,7 +33,7 @@ from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner, LearnerStats, make_optimizer
 from distrl.learning.schedule import Every, Position, Schedule, Throughput
-from distrl.nn.actor_learner import DistributedActorLearner
+from distrl.nn.actor_learner import ActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
 from distrl.runtime.evaluator import EvalResult, Evaluations, evaluate
@@ -56,7 +56,7 @@ from distrl.utils import checkpoint
 from distrl.utils.runlock import RunLock
 from distrl.utils.telemetry import NullTelemetry, Telemetry, WandbSink
 
-__all__ = ["ActorFailure", "DistributedTrainer", "LearnerFailure", "RankLost", "Stalled", "TrainingError"]
+__all__ = ["ActorFailure", "Trainer", "LearnerFailure", "RankLost", "Stalled", "TrainingError"]
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,11 @@ TICK_SECONDS = 0.25
 SHUTTING_DOWN = threading.Event()
 
 
-class DistributedTrainer:
+class Trainer:
     """Actor-learner training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.agents`).
 
-    Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is
-    :class:`distrl.compat.hsuanwu.DistributedTrainer`, which builds this.
+    Hsuanwu's ``Trainer(cfgs, train_env, test_env)`` is
+    :class:`distrl.compat.hsuanwu.Trainer`, which builds this.
 
     Args:
         cfg: a train config (:func:`distrl.compose_config`, or Hydra's ``compose("train")`` after
@@ -112,7 +112,7 @@ class DistributedTrainer:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
-        self.policy = DistributedActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
+        self.policy = ActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
                                               intrinsic_value=needs_value_head(cfg.intrinsic),
                                               return_norm=bool(cfg.agent.get("normalize_returns", False)))
         self.intrinsic = intrinsic_for_run(cfg, self.spec, self.placement.stepping)
@@ -120,7 +120,7 @@ class DistributedTrainer:
             path = str(checkpoint.checkpoint_file(cfg.train.init_model_path))
             load_initial_weights(self.policy, self.intrinsic, cfg, path)
         self.policy.to(self.device)
-        self.policy.freeze(actor_precision=self.placement.actor_precision)
+        self.policy.share_actor(actor_precision=self.placement.actor_precision)
         if self.intrinsic is not None:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)

@@ -199,7 +199,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[
 
 def load_weights(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, torch.Tensor]:
     """The network weights in ``path``: a distrl checkpoint's ``model``, or a bare ``state_dict``
-    (as :meth:`distrl.nn.actor_learner.DistributedActorLearner.save` writes), loaded as safely as
+    (as :meth:`distrl.compat.actor_learner.DistributedActorLearner.save` writes), loaded as safely as
     :func:`load_checkpoint`.
 
     Raises:
