@@ -21,7 +21,7 @@ from conftest import TINY_CARTPOLE, DistrlProcess, compose_train, run_distrl
 
 from distrl import runs
 from distrl.runtime import supervisor
-from distrl.runtime.trainer import Trainer, Stalled, TrainingError
+from distrl.runtime.trainer import Stalled, Trainer, TrainingError
 from distrl.utils.checkpoint import load_checkpoint
 
 TESTS_DIR = str(Path(__file__).resolve().parent)

@@ -66,7 +66,7 @@ def _train(cfg: DictConfig) -> float | None:
         _launch_ranks(cfg, run_dir)
         return
 
-    from distrl.runtime.trainer import ActorFailure, Trainer, RankLost, Stalled, TrainingError
+    from distrl.runtime.trainer import ActorFailure, RankLost, Stalled, Trainer, TrainingError
 
     ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
     if ranks.enabled:
