@@ -39,7 +39,7 @@ _LAZY = {
     "IMPALA": ("distrl.compat.rllte", "IMPALA"),
     "SimulatorDistributed": ("distrl.compat.rlpack", "SimulatorDistributed"),
     "Trainer": ("distrl.runtime.trainer", "Trainer"),
-    "compose_config": ("distrl.config.compose", "compose_config"),
+    "compose_config": ("distrl.runtime.preflight", "compose_config"),
 }
 
 

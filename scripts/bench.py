@@ -50,8 +50,8 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 from distrl import runs
-from distrl.config.compose import compose_config
 from distrl.config.placement import plan
+from distrl.runtime.preflight import compose_config
 
 
 # ---------------------------------------------------------------- E and I workers (spawned)

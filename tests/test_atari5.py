@@ -13,7 +13,7 @@ import yaml
 from conftest import REPO
 from omegaconf import OmegaConf
 
-from distrl.config.compose import compose_config
+from distrl.config.compose import compose
 
 SCRIPT = REPO / "scripts" / "atari5.py"
 # CleanRL PPO's 10M scores, which the issue quotes at an Atari-5 estimate of about 70 %.
@@ -116,7 +116,7 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     the candidate names ``model.layer_norm`` when it is set."""
     run = tmp_path / "run"
     run.mkdir()
-    cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala"], check=False)
+    cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala"])
     (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
     records = [{"agent_steps": 100, "charts/episodic_return": 1000.0},
                {"agent_steps": 400, "charts/episodic_return": 3000.0},
@@ -131,7 +131,7 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     assert row == ("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 | 2 | 0.00M | 2,000 / n/a / 7,000 | 4,000 | 2.00 "
                    "| convs.1 0.30, fc.1 0.50 | 1,000 |")
 
-    cfg = compose_config(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala", "model.layer_norm=true"], check=False)
+    cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala", "model.layer_norm=true"])
     (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
                          capture_output=True, text=True, check=True).stdout

@@ -10,7 +10,7 @@ from conftest import compose_train
 
 from distrl.config.placement import plan
 from distrl.config.schema import ConfigError, config_dir
-from distrl.config.validation import validate
+from distrl.runtime.preflight import validate
 
 CONF = Path(config_dir())
 

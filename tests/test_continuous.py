@@ -12,11 +12,11 @@ import torch
 from conftest import compose_train, metrics, run_distrl
 
 from distrl.config.schema import ConfigError
-from distrl.config.validation import validate
 from distrl.nn.actor_critic import ActorCritic
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.normalization import RunningMeanStd, normalise_batch
+from distrl.runtime.preflight import validate
 from distrl.sampling.policy import AgentState, step_policy
 from distrl.utils.checkpoint import load_checkpoint
 

@@ -93,9 +93,9 @@ def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
     from conftest import compose_train
 
     from distrl.config.schema import ConfigError
-    from distrl.config.validation import validate
     from distrl.envs import env_spec, make_vector_env
     from distrl.nn.actor_critic import ActorCritic
+    from distrl.runtime.preflight import validate
 
     cfg = compose_train(["experiment=minigrid", "env.id=MiniGrid-DoorKey-16x16-v0"])
     validate(cfg)

@@ -9,9 +9,9 @@ from conftest import assert_actor_holds, compose_train, metrics
 from test_learner import learner_for, on_policy_batch
 
 from distrl.config.schema import ConfigError
-from distrl.config.validation import validate
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
 from distrl.nn.actor_learner import ActorLearner
+from distrl.runtime.preflight import validate
 
 T, B, A = 8, 4, 5
 

@@ -136,3 +136,18 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
         test_no_import_cycle()
     with pytest.raises(AssertionError, match="utils/b.py:2 imports distrl.cli.c"):
         test_imports_run_down_the_layers()
+
+
+def test_the_config_layer_builds_no_env():
+    """Validation has no side effect: what depends on an env's spaces is checked against the spec
+    distrl.runtime.preflight probes once (distrl.envs.env_spec), never by config/ building one."""
+    builders = {"env_spec", "make_vector_env", "make_render_env", "make"}
+    found = []
+    for path in sorted((PACKAGE / "config").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("distrl.envs"):
+                found += [f"{path.name} imports {a.name}" for a in node.names if a.name in builders]
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "make" \
+                    and ast.unparse(node.func.value) in ("gym", "gymnasium"):
+                found.append(f"{path.name}:{node.lineno} calls {ast.unparse(node.func)}")
+    assert not found, found

@@ -15,12 +15,12 @@ from conftest import REPO, compose_train
 from distrl.config import host
 from distrl.config.placement import plan
 from distrl.config.schema import ConfigError
-from distrl.config.validation import validate
 from distrl.envs import make_vector_env
 from distrl.learning.learner import Learner, make_optimizer
 from distrl.learning.schedule import Schedule
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.precision import autocast
+from distrl.runtime.preflight import validate
 
 
 @pytest.mark.parametrize("flags, expected", [(("avx512_bf16",), "bf16"), (("amx_bf16",), "bf16"), ((), "fp32")])

@@ -13,8 +13,8 @@ from conftest import DISTRL, metrics
 
 from distrl import IMPALA, DistributedActorLearner, DistributedAgent, DistributedTrainer, SimulatorDistributed
 from distrl.compat.env_objects import EnvObjectError
-from distrl.config.compose import compose_config
 from distrl.config.schema import ConfigError
+from distrl.runtime.preflight import compose_config
 
 
 def short_cartpole(limit: int) -> gym.Env:

@@ -12,7 +12,7 @@ import pytest
 from conftest import compose_train, metrics, run_distrl
 
 from distrl.config.schema import ConfigError
-from distrl.config.validation import validate
+from distrl.runtime.preflight import validate
 
 RUN = ["train", "experiment=cartpole", "train.log_interval=1000", "train.num_eval_episodes=2", "logger=wandb",
        "logger.tags=[test]"]

@@ -101,10 +101,10 @@ MAX_SWEEP_VALUES = 50  # the values of a swept key checked before the sweep star
 def _compose(command: str, overrides: list[str]) -> None:
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
-    from distrl.config.compose import compose_config
+    from distrl.config.compose import compose
 
     try:
-        compose_config(overrides, config_name="train" if command == "train" else "eval", check=False)
+        compose(overrides, config_name="train" if command == "train" else "eval")
     except MissingConfigException as exc:
         found = re.search(r"Could not find '([^/']+)/([^']*)'", str(exc))
         if not found:

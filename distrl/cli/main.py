@@ -26,7 +26,7 @@ def command_help(command: str, overrides: list[str]) -> int:
 
     from omegaconf import OmegaConf
 
-    from distrl.config.compose import compose_config
+    from distrl.config.compose import compose
     from distrl.config.schema import config_dir
 
     name = "train" if command == "train" else "eval"
@@ -38,7 +38,7 @@ def command_help(command: str, overrides: list[str]) -> int:
             lines.append(f"  {group + ':':12s} {', '.join(options)}")
         lines.append("")
     try:
-        cfg = compose_config([o for o in overrides if not o.startswith("hydra")], config_name=name, check=False)
+        cfg = compose([o for o in overrides if not o.startswith("hydra")], config_name=name)
     except Exception as exc:  # an unknown key or option: Hydra's message names it
         print(f"distrl {command}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -53,8 +53,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def _train(cfg: DictConfig) -> float | None:
-    from distrl.config.validation import validate
     from distrl.learning import distributed
+    from distrl.runtime.preflight import validate
     from distrl.sampling import logs
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank of several: sized and validated on its share

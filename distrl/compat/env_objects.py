@@ -27,7 +27,7 @@ from typing import Any
 import gymnasium as gym
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config.compose import compose_config
+from distrl.config.compose import compose
 
 # ids whose tuned preset (conf/experiment/) a Python-API run starts from
 PRESETS = {"CartPole-v1": "cartpole", "distrl/SparseChain-v1": "sparse_chain", "distrl/ImageCue-v0": "image_cue",
@@ -172,7 +172,7 @@ def env_node(env: Any, role: str = "env", choice: EnvChoice | None = None) -> tu
         EnvObjectError: ``env`` cannot be rebuilt in another process (the message says what to pass).
     """
     choice = choice or env_choice(env, role)
-    node = compose_config(choice.overrides, check=False).env
+    node = compose(choice.overrides).env
     with writable(node):
         for key, value in choice.values.items():
             node[key] = value

@@ -31,10 +31,10 @@ from omegaconf import DictConfig
 
 from distrl.compat.actor_learner import DistributedActorLearner
 from distrl.compat.env_objects import env_choice, env_node, writable
-from distrl.config.compose import compose_config
+from distrl.config.compose import compose
 from distrl.config.schema import ConfigError
-from distrl.config.validation import validate
 from distrl.learning.learner import Learner
+from distrl.runtime.preflight import validate
 from distrl.runtime.trainer import Trainer
 
 __all__ = ["DistributedActorLearner", "DistributedAgent", "IMPALA"]
@@ -134,7 +134,7 @@ class DistributedAgent:
 
     def _compose(self, overrides: list[str], extra: list[str]) -> DictConfig:
         sizes = [f"batch_size={hydra_value(self.kwargs['batch_size'])}"] if "batch_size" in self.kwargs else []
-        cfg = compose_config([*overrides, *sizes, *extra], check=False)  # the T and B the run will have
+        cfg = compose([*overrides, *sizes, *extra])  # the T and B the run will have
         steps = max(1, cfg.num_steps * cfg.batch_size)  # (0 is refused by validation below)
         for name, value in self.kwargs.items():
             if name == "init_fn":
@@ -144,7 +144,7 @@ class DistributedAgent:
             elif name in SUMMED_OVER_STEPS:
                 value = float(value) / steps  # rllte's value is for the loss summed over T x B steps
             overrides.append(f"{AGENT_KWARGS[name]}={hydra_value(value)}")
-        cfg = compose_config([*overrides, *extra], check=False)
+        cfg = compose([*overrides, *extra])
         node, num_envs = env_node(self.env, choice=self._env_choice)
         with writable(cfg):
             cfg.env = node

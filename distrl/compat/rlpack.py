@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from distrl.compat.env_objects import env_choice
 from distrl.compat.rllte import hydra_value
-from distrl.config.compose import compose_config
+from distrl.config.compose import compose
 from distrl.config.schema import ConfigError
-from distrl.config.validation import validate
 from distrl.learning import distributed
+from distrl.runtime.preflight import validate
 from distrl.runtime.rundir import default_run_dir
 
 __all__ = ["SimulatorDistributed"]
@@ -55,7 +55,7 @@ class SimulatorDistributed:
             raise ConfigError("config['env'] must be a Gymnasium id here: the ranks are separate processes "
                               "started by a command line")
         with _ranks_sized(n_procs):
-            validate(compose_config(self.overrides, check=False))
+            validate(compose(self.overrides))
 
     def run(self, load: bool = False, verbose: bool = True, render: bool = False, plot: bool = False) -> int:
         """Train: start the ranks and wait for them (rlpack's ``Environments.train`` keywords).

@@ -1,9 +1,10 @@
-"""``validate(cfg)``: every bad value of a composed config becomes one clear error before any
-process starts.
+"""Every bad value of a composed config becomes one clear error before any process starts
+(:func:`distrl.runtime.preflight.validate` runs these checks around probing the env once).
 
 The schema (:mod:`distrl.config`) refuses unknown keys and wrong types; this module checks what a
 type cannot express (ranges, env ids, devices, sizes that this machine cannot hold) and raises
-:class:`~distrl.config.ConfigError` naming the key and what is allowed.
+:class:`~distrl.config.ConfigError` naming the key and what is allowed. It builds nothing: what
+depends on the env's spaces is checked against an :class:`distrl.envs.EnvSpec` it is given.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from distrl.config import host
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
 from distrl.config.schema import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
-from distrl.envs import EnvSpec, SpaceError, env_spec, known_env_id_error
+from distrl.envs import EnvSpec, SpaceError, known_env_id_error
 from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE
 from distrl.rollout import RolloutLayout
@@ -192,12 +193,14 @@ class Validated(NamedTuple):
     spec: EnvSpec
 
 
-def validate(cfg: DictConfig) -> Validated:
-    """Check every value of a composed train config (once per command: the trainer takes the
-    result instead of checking again).
+def validate_config(cfg: DictConfig) -> Placement:
+    """Check every value of a composed train config that can be checked without its env, in the
+    order the command reports them; the env's own facts are checked by :func:`validate_with_spec`
+    once :func:`distrl.envs.env_spec` has probed it (:func:`distrl.runtime.preflight.validate` runs
+    the three). Builds nothing, starts nothing.
 
     Returns:
-        The placement and the env spec the checks resolved.
+        The placement (:func:`distrl.config.placement.plan`).
 
     Raises:
         ConfigError: the first bad value, naming its key and what is allowed.
@@ -210,13 +213,31 @@ def validate(cfg: DictConfig) -> Validated:
     _validate_sizes(cfg, placement)
     _validate_distributed(cfg, placement)
     _validate_agent(cfg.agent, cfg.batch_size)
-    spec = _validate_model(cfg)
+    _validate_model(cfg)
+    return placement
+
+
+def env_spec_error(env_id: str, exc: Exception) -> ConfigError:
+    """The one-line error for an env :func:`distrl.envs.env_spec` could not probe: spaces distrl
+    cannot model (``SpaceError``), or an env that could not be created."""
+    if isinstance(exc, SpaceError):
+        return ConfigError(f"env.id={env_id!r} is not allowed: {exc}")
+    return env_creation_error(env_id, exc)
+
+
+def validate_with_spec(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> None:
+    """Check what depends on the env's observations and actions (``spec``, probed once): the model's
+    encoder, the intrinsic module, the slots' memory, and ``train.init_model_path``.
+
+    Raises:
+        ConfigError: the first bad value, naming its key and what is allowed.
+    """
+    _validate_model_fits(cfg.model, spec)
     _validate_intrinsic(cfg, spec)
     _validate_slots_memory(cfg, placement, spec)
     path = cfg.train.init_model_path
     _check(path is None or checkpoint_file(path).is_file(), "train.init_model_path", path,
            "null, a checkpoint file, or a run directory with checkpoints/latest.pt")
-    return Validated(placement, spec)
 
 
 def _validate_logger(logger: DictConfig) -> None:
@@ -302,9 +323,8 @@ def _validate_agent(agent: DictConfig, batch_size: int) -> None:
            "true or false")
 
 
-def _validate_model(cfg: DictConfig) -> EnvSpec:
-    """The model's keys, and whether its encoder fits the env's observations (which takes building
-    the env once: its spec is returned)."""
+def _validate_model(cfg: DictConfig) -> None:
+    """The model's keys (whether its encoder fits the env's observations: :func:`_validate_model_fits`)."""
     model = cfg.model
     _check(model.encoder in ENCODERS, "model.encoder", model.encoder, ", ".join(ENCODERS))
     _check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
@@ -315,12 +335,10 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
     _check(not (model.separate_critic and model.use_lstm), "model.separate_critic", model.separate_critic,
            "false with model.use_lstm=true (the critic's own encoder has no core)")
     _check(-5.0 <= model.log_std_init <= 2.0, "model.log_std_init", model.log_std_init, "a number in [-5, 2]")
-    try:
-        spec = env_spec(cfg.env)
-    except SpaceError as exc:
-        raise ConfigError(f"env.id={cfg.env.id!r} is not allowed: {exc}") from None
-    except Exception as exc:
-        raise env_creation_error(cfg.env.id, exc) from exc
+
+
+def _validate_model_fits(model: DictConfig, spec: EnvSpec) -> None:
+    """Whether the model's encoder fits the env's observations."""
     _check(
         (model.encoder != "mlp") == spec.is_image, "model.encoder", model.encoder,
         "nature_cnn, impala_resnet or minigrid_cnn for image observations (env=atari, env=image_cue, env=minigrid), "
@@ -333,7 +351,6 @@ def _validate_model(cfg: DictConfig) -> EnvSpec:
         fitting = [name for name, least in MIN_IMAGE_SIDE.items() if side >= least]
         _check(side >= MIN_IMAGE_SIDE[model.encoder], "model.encoder", model.encoder,
                f"one that takes images of {side} pixels a side: {', '.join(fitting)}")
-    return spec
 
 
 def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:

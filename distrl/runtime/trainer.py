@@ -27,7 +27,7 @@ import torch
 import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config.validation import Validated, validate
+from distrl.config.validation import Validated
 from distrl.envs import env_seed, eval_seed
 from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
@@ -37,6 +37,7 @@ from distrl.nn.actor_learner import ActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
 from distrl.runtime.evaluator import EvalResult, Evaluations, evaluate
+from distrl.runtime.preflight import validate
 from distrl.runtime.reporter import DORMANT_LOG_INTERVALS, Reporter, announce, flatten
 from distrl.runtime.rundir import default_run_dir
 from distrl.runtime.supervisor import (

@@ -1,0 +1,65 @@
+"""What runs before any process starts: a composed config checked (:mod:`distrl.config.validation`)
+and the env probed once (:func:`distrl.envs.env_spec` builds one env to learn its spaces), so that a
+bad value or an env distrl cannot model ends the command in one line with nothing started.
+
+:func:`compose_config` is ``distrl train``'s (or ``distrl eval``'s) config for a list of overrides,
+checked as the command checks it: the Python API's entry (``distrl.compose_config``).
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from distrl.config.compose import compose
+from distrl.config.schema import ConfigError
+from distrl.config.validation import (
+    Validated,
+    env_spec_error,
+    validate_config,
+    validate_eval,
+    validate_with_spec,
+)
+from distrl.envs import SpaceError, env_spec
+
+__all__ = ["ConfigError", "Validated", "compose_config", "validate"]
+
+
+def validate(cfg: DictConfig) -> Validated:
+    """Check every value of a composed train config, probing its env once (once per command: the
+    trainer takes the result instead of checking again).
+
+    Returns:
+        The placement and the env spec the checks resolved.
+
+    Raises:
+        ConfigError: the first bad value, naming its key and what is allowed; an env whose spaces
+            distrl cannot model or that cannot be created.
+    """
+    placement = validate_config(cfg)
+    try:
+        spec = env_spec(cfg.env)
+    except SpaceError as exc:
+        raise env_spec_error(cfg.env.id, exc) from None
+    except Exception as exc:
+        raise env_spec_error(cfg.env.id, exc) from exc
+    validate_with_spec(cfg, placement, spec)
+    return Validated(placement, spec)
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train",
+                   check: bool = True) -> DictConfig:
+    """The config ``distrl train`` (or ``distrl eval``, ``config_name="eval"``) would run with these
+    command-line overrides, composed by Hydra from ``conf/`` (:func:`distrl.config.compose.compose`)
+    and, if ``check``, validated (:func:`validate`, or :func:`distrl.config.validation.validate_eval`).
+
+    Example: ``compose_config(["experiment=cartpole", "train.num_train_steps=100000"])``.
+
+    Raises:
+        ConfigError: a bad value (the same one-line message as the command's).
+        hydra.errors.ConfigCompositionException: an unknown key or group option, or a value of
+            the wrong type.
+    """
+    cfg = compose(overrides, config_name)
+    if check:
+        (validate if config_name == "train" else validate_eval)(cfg)
+    return cfg
