@@ -10,7 +10,7 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
      spread over the same processes as training (num_actors x envs_per_actor);
   I  inference only: the actor model's forward pass on the actors' batch shape,
      one thread per process, in num_actors processes;
-  S  sampling: the real actor processes (env, inference, storage writes) with a
+  S  sampling: the real actor processes (env, inference, slots writes) with a
      learner that only returns slots to the free queue;
   L  learning: learner updates on full storages with no actors running (T x B per update;
      with train.prefetch=true the next batch is copied beside each update);
@@ -148,20 +148,20 @@ def bench_sampling(cfg, spec, args) -> float:
     from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
     from distrl.sampling.actor import actor_contexts, run_actor
-    from distrl.sampling.slots import Channels, RolloutStorage
+    from distrl.sampling.slots import Channels, Slots
 
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
                           return_norm=bool(cfg.agent.normalize_returns))
     policy.share_actor(actor_precision=placement.actor_precision)
-    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
-    channels = Channels.create(storage, ctx, placement.num_actors)
+    slots = Slots(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
+    channels = Channels.create(slots, ctx, placement.num_actors)
     stop, episodes = channels.stop_event, channels.episode_queue
     intrinsic = intrinsic_for_run(cfg, spec, placement.stepping)  # e3b's bonus is computed in the actors
     bonus = intrinsic.actor_bonus if intrinsic is not None else None
     procs = []
-    for i, actx in enumerate(actor_contexts(cfg, placement, policy.actor, storage, channels, log_level="WARNING",
+    for i, actx in enumerate(actor_contexts(cfg, placement, policy.actor, slots, channels, log_level="WARNING",
                                             bonus=bonus)):
         p = ctx.Process(target=run_actor, args=(i, actx), daemon=True)
         p.start()
@@ -175,10 +175,10 @@ def bench_sampling(cfg, spec, args) -> float:
             if measuring and now - start >= args.seconds:
                 break
             try:
-                index = storage.full_queue.get(timeout=0.5)
+                index = slots.full_queue.get(timeout=0.5)
             except queue.Empty:
                 continue
-            storage.free_queue.put(index)
+            slots.free_queue.put(index)
             slots += 1
             while True:
                 try:
@@ -217,7 +217,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     from distrl.learning.schedule import Schedule
     from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
-    from distrl.sampling.slots import RolloutStorage
+    from distrl.sampling.slots import Slots
 
     cfg = OmegaConf.create(cfg_dict)
     placement = plan(cfg)
@@ -234,8 +234,8 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
                       precision=placement.precision, compile_mode=cfg.train.compile_mode)
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
-    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))
-    buf = storage.buffers
+    slots = Slots(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))
+    buf = slots.buffers
     if spec.obs_dtype == np.uint8:
         buf["obs"].random_(0, 255)
     else:
@@ -254,18 +254,18 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     def recycle() -> None:  # the actors' part: every freed slot is full again at once
         while not stop.is_set():
             try:
-                storage.full_queue.put(storage.free_queue.get(timeout=0.5))
+                slots.full_queue.put(slots.free_queue.get(timeout=0.5))
             except queue.Empty:
                 continue
 
     if prefetch:
         for index in range(num_slots):
-            storage.full_queue.put(index)
+            slots.full_queue.put(index)
         threading.Thread(target=recycle, daemon=True).start()
-        source = BatchSource(storage, cfg.batch_size, device, stop, {}, "bench", prefetch=True)
+        source = BatchSource(slots, cfg.batch_size, device, stop, {}, "bench", prefetch=True)
 
     def step() -> int:
-        batch = source.next().tensors if prefetch else storage.gather(indices, device)
+        batch = source.next().tensors if prefetch else slots.gather(indices, device)
         learner.update(batch)  # .item() of the losses synchronises CUDA
         return steps_per_update
 
@@ -275,7 +275,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     stop.set()
     if prefetch:
         source.close()
-    storage.close()
+    slots.close()
     out.put(rate)
 
 

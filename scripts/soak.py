@@ -6,7 +6,7 @@ checkpoint, keep training) every ``--usr1-every`` seconds, samples the process t
 ``--sample-every`` seconds, then stops the run with Ctrl-C (SIGINT) and reports:
 
 - actor restarts (from train.log) against the kills sent, and checkpoints written on SIGUSR1;
-- slots lost (the shutdown's "storage accounting" line; must be 0);
+- slots lost (the shutdown's "slot accounting" line; must be 0);
 - agent steps/s in each 5-minute window (from metrics.jsonl);
 - RSS and PSS of the whole process tree, and its growth from minute 5 to the end (goal: < 5 %):
   the median PSS of the last 5 minutes against that of minutes 5-10. Medians, not two samples:
@@ -118,7 +118,7 @@ def main() -> int:
 
     log = (run_dir / "train.log").read_text() if (run_dir / "train.log").exists() else ""
     restarts = log.count("restarted (restart")
-    lost = [int(m.group(1)) for m in re.finditer(r"storage accounting: (\d+) of \d+ slots not returned", log)]
+    lost = [int(m.group(1)) for m in re.finditer(r"slot accounting: (\d+) of \d+ slots not returned", log)]
     usr1_saves = len(re.findall(r"checkpoint .*step_\d+\.pt", log))
     metrics = run_dir / "metrics.jsonl"
     records = runs.metrics(run_dir) if metrics.exists() else []

@@ -23,7 +23,7 @@ from distrl.envs import env_spec
 from distrl.nn.actor_learner import ActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.sampling.actor import act, actor_contexts
-from distrl.sampling.slots import Channels, RolloutStorage
+from distrl.sampling.slots import Channels, Slots
 
 T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 
@@ -36,10 +36,10 @@ def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model)
     policy.share_actor()
     ctx = mp.get_context("spawn")
-    storage = RolloutStorage(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
-    channels = Channels.create(storage, ctx, 1)
+    pool = Slots(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
+    channels = Channels.create(pool, ctx, 1)
     stop = channels.stop_event
-    actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, storage, channels)[0]
+    actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
     actor_ctx.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours
     held: list[int] = []
     errors: list[BaseException] = []
@@ -58,11 +58,11 @@ def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
         assert not errors, errors
         assert time.monotonic() < deadline, f"only {len(slots)} slots in 120 s"
         try:
-            index = storage.full_queue.get(timeout=1)
+            index = pool.full_queue.get(timeout=1)
         except queue.Empty:
             continue
-        slots.append({k: v[index].clone() for k, v in storage.buffers.items()})
-        storage.free_queue.put(index)
+        slots.append({k: v[index].clone() for k, v in pool.buffers.items()})
+        pool.free_queue.put(index)
     stop.set()
     thread.join(timeout=30)
     assert not thread.is_alive()

@@ -28,7 +28,7 @@ from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.sampling.queues import drain
-from distrl.sampling.slots import RolloutStorage
+from distrl.sampling.slots import Slots
 from distrl.utils.checkpoint import load_checkpoint
 
 STEPS = 1600  # agent steps: 20 updates of T x B = 80, and an evaluation at 800
@@ -83,23 +83,23 @@ def test_prefetched_batches_on_cuda_hold_the_slots_the_learner_took():
     next batch into fresh memory."""
     layout = RolloutLayout(num_steps=31, obs_shape=(4, 84, 84), obs_dtype=torch.uint8,
                            action_space=ActionSpace("discrete", (6,)))
-    storage = RolloutStorage(layout, 8, multiprocessing.get_context("fork"))
-    storage.buffers["obs"].random_(0, 255)
-    drain(storage.free_queue)
+    slots = Slots(layout, 8, multiprocessing.get_context("fork"))
+    slots.buffers["obs"].random_(0, 255)
+    drain(slots.free_queue)
     for index in range(8):
-        storage.full_queue.put(index)
+        slots.full_queue.put(index)
     stop = threading.Event()
-    source = BatchSource(storage, 2, torch.device("cuda"), stop, {}, "learner", prefetch=True)
+    source = BatchSource(slots, 2, torch.device("cuda"), stop, {}, "learner", prefetch=True)
     for first in range(0, 8, 2):
         batch = source.next().tensors
         assert batch["obs"].is_cuda
-        expected = storage.buffers["obs"][[first, first + 1]].transpose(0, 1)
+        expected = slots.buffers["obs"][[first, first + 1]].transpose(0, 1)
         assert torch.equal(batch["obs"].cpu(), expected)
-        storage.buffers["obs"][first].zero_()  # the slot is free again: an actor would overwrite it
+        slots.buffers["obs"][first].zero_()  # the slot is free again: an actor would overwrite it
         assert torch.equal(batch["obs"].cpu(), expected)  # the copy is the batch's own
     stop.set()
     source.close()
-    storage.close()
+    slots.close()
 
 
 def test_the_compiled_update_as_cuda_graphs_steps_as_eager_does():

@@ -45,7 +45,7 @@ def test_another_precision_is_refused():
 
 
 def _pong_batch(T: int = 20, B: int = 4) -> dict:
-    """Real Pong frames (random play) in the storage's ``[T+1, B]`` layout, on-policy for ``policy``."""
+    """Real Pong frames (random play) in the slots' ``[T+1, B]`` layout, on-policy for ``policy``."""
     env = make_vector_env(compose_train(["env=atari"]).env, B)
     obs, _ = env.reset(seed=3)
     frames = [obs]

@@ -17,7 +17,7 @@ from distrl.learning.batches import BatchSource
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.sampling.queues import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, drain
-from distrl.sampling.slots import RolloutStorage
+from distrl.sampling.slots import Slots
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
 
@@ -70,15 +70,15 @@ def test_thousands_of_slots_are_allocated_accounted_for_and_released():
     assert max_indices() >= 6000
     layout = RolloutLayout(num_steps=20, obs_shape=(4,), obs_dtype=torch.float32,
                            action_space=ActionSpace("discrete", (2,)))
-    storage = RolloutStorage(layout, 6000, CTX)
-    assert storage.free_queue.qsize() == 6000
-    taken = [storage.free_queue.get() for _ in range(100)]
+    slots = Slots(layout, 6000, CTX)
+    assert slots.free_queue.qsize() == 6000
+    taken = [slots.free_queue.get() for _ in range(100)]
     for index in taken[:50]:
-        storage.full_queue.put(index)
-    storage.owner[taken[50:]] = 3  # held by actor 3, which died
-    assert sorted(storage.release_owned(3)) == sorted(taken[50:])
-    assert storage.reclaim() == list(range(6000))  # every index once
-    storage.close()
+        slots.full_queue.put(index)
+    slots.owner[taken[50:]] = 3  # held by actor 3, which died
+    assert sorted(slots.release_owned(3)) == sorted(taken[50:])
+    assert slots.reclaim() == list(range(6000))  # every index once
+    slots.close()
 
 
 def test_a_shared_value_is_seen_by_a_child():
@@ -96,50 +96,50 @@ def test_a_learners_batches_are_its_full_slots_in_order_each_freed_once(prefetch
     and afterwards every slot is free once and no thread is left."""
     layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32,
                            action_space=ActionSpace("discrete", (2,)))
-    storage = RolloutStorage(layout, 8, CTX)
+    slots = Slots(layout, 8, CTX)
     for index in range(8):
-        storage.buffers["env_id"][index] = 100 + index
+        slots.buffers["env_id"][index] = 100 + index
     order = [5, 2, 7, 0, 3, 6]  # three batches of two, filled by actors in this order
-    assert sorted(drain(storage.free_queue)) == list(range(8))
+    assert sorted(drain(slots.free_queue)) == list(range(8))
     for index in order:
-        storage.full_queue.put(index)
-    storage.free_queue.put(4)
+        slots.full_queue.put(index)
+    slots.free_queue.put(4)
     stop = threading.Event()
     activity: dict = {}
-    source = BatchSource(storage, 2, torch.device("cpu"), stop, activity, "learner", prefetch=prefetch)
+    source = BatchSource(slots, 2, torch.device("cpu"), stop, activity, "learner", prefetch=prefetch)
     batches = [source.next() for _ in range(3)]
     assert [b.tensors["env_id"].tolist() for b in batches] == [[105, 102], [107, 100], [103, 106]]
     assert all(b.tensors["obs"].shape == (4, 2, 2) and b.wait >= 0 and b.gather > 0 for b in batches)
-    storage.full_queue.put(1)  # half a batch: the next call waits for the other half
+    slots.full_queue.put(1)  # half a batch: the next call waits for the other half
     threading.Timer(0.3, stop.set).start()
     started = time.monotonic()
     assert source.next() is None
     assert time.monotonic() - started < 3
     source.close()
-    assert sorted(drain(storage.free_queue)) == list(range(8))  # slot 1 too, taken and never copied
+    assert sorted(drain(slots.free_queue)) == list(range(8))  # slot 1 too, taken and never copied
     assert not any(t.name == "learner-prefetch" for t in threading.enumerate())
     assert ("learner prefetch" in activity) == prefetch
 
     # closed with the stop event clear (the learner's budget is consumed), no full slot coming
-    source = BatchSource(storage, 2, torch.device("cpu"), threading.Event(), activity, "learner", prefetch=prefetch)
+    source = BatchSource(slots, 2, torch.device("cpu"), threading.Event(), activity, "learner", prefetch=prefetch)
     closing = threading.Thread(target=source.close, daemon=True)
     closing.start()
     closing.join(timeout=3)
     assert not closing.is_alive()
     assert not any(t.name == "learner-prefetch" for t in threading.enumerate())
-    storage.close()
+    slots.close()
 
 
 def test_a_prefetching_threads_error_is_raised_in_the_learner_thread():
-    """A slot index that no storage holds (a corrupt queue) fails the copy in the prefetching thread;
+    """A slot index that no slots holds (a corrupt queue) fails the copy in the prefetching thread;
     the learner thread's ``next`` raises it, so the run stops with the cause."""
     layout = RolloutLayout(num_steps=3, obs_shape=(2,), obs_dtype=torch.float32,
                            action_space=ActionSpace("discrete", (2,)))
-    storage = RolloutStorage(layout, 4, CTX)
-    storage.full_queue.put(99)
-    source = BatchSource(storage, 1, torch.device("cpu"), threading.Event(), {}, "learner", prefetch=True)
+    slots = Slots(layout, 4, CTX)
+    slots.full_queue.put(99)
+    source = BatchSource(slots, 1, torch.device("cpu"), threading.Event(), {}, "learner", prefetch=True)
     with pytest.raises(IndexError):
         source.next()
     source.close()
-    storage.close()
+    slots.close()
 

@@ -16,7 +16,7 @@ from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
 from distrl.sampling.actor import ActorContext
-from distrl.sampling.slots import Channels, RolloutStorage
+from distrl.sampling.slots import Channels, Slots
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
 
@@ -34,15 +34,15 @@ def _sleeps(actor_id: int, ctx: ActorContext) -> None:
 def workers(target, max_restarts: int, window: float = 600.0):
     layout = RolloutLayout(num_steps=4, obs_shape=(3,), obs_dtype=torch.float32,
                            action_space=ActionSpace("discrete", (2,)))
-    storage = RolloutStorage(layout, 8, CTX)
-    channels = Channels.create(storage, CTX, 1)
-    ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, buffers=storage.buffers,
+    slots = Slots(layout, 8, CTX)
+    channels = Channels.create(slots, CTX, 1)
+    ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, buffers=slots.buffers,
                        channels=channels, parent_pid=os.getpid())
-    w = Workers(CTX, storage, channels, learner=None, stats=LearnerStats(), max_restarts=max_restarts,
+    w = Workers(CTX, slots, channels, learner=None, stats=LearnerStats(), max_restarts=max_restarts,
                 restart_window=window, reseed=lambda actor_id, restart: 100 + 1000 * restart, target=target)
     w.contexts = [ctx]
     w.actors = [w._spawn(0, ctx)]
-    return w, storage
+    return w, slots
 
 
 def finish(w: Workers) -> None:
@@ -62,21 +62,21 @@ def check_until(w: Workers, restarts: int) -> None:
 
 
 def test_a_dead_actor_is_restarted_with_fresh_seeds_and_its_slots_return(caplog):
-    w, storage = workers(_sleeps, max_restarts=3)
-    held = [storage.free_queue.get() for _ in range(3)]
-    storage.owner[held] = 0  # the actor holds three slots when it is killed
+    w, slots = workers(_sleeps, max_restarts=3)
+    held = [slots.free_queue.get() for _ in range(3)]
+    slots.owner[held] = 0  # the actor holds three slots when it is killed
     os.kill(w.actors[0].pid, signal.SIGKILL)
     check_until(w, 1)
     assert "actor 0 died (killed by SIGKILL): restarted (restart 1 of the run), env seed 1100; 3 slot(s)" \
            in caplog.text
     assert w.actors[0].is_alive() and w.contexts[0].seed == 1100
-    assert storage.free_queue.qsize() == 8 and (storage.owner == -1).all()
+    assert slots.free_queue.qsize() == 8 and (slots.owner == -1).all()
     assert "actor 0 (pid" in w.report()[0] and "slots: 8 free, 0 full" in w.report()[1]
     finish(w)
 
 
 def test_the_restart_budget_stops_an_env_that_always_fails():
-    w, storage = workers(_raises, max_restarts=2)
+    w, slots = workers(_raises, max_restarts=2)
     with pytest.raises(ActorFailure) as failure:
         check_until(w, 99)
     message = str(failure.value)

@@ -1,4 +1,4 @@
-"""The seeds' Python shapes at the edge of distrl: each builds distrl's config and engine objects.
+"""The seeds' Python shapes at the edge of distrl: each builds distrl's config and core objects.
 
 - :mod:`distrl.compat.rllte`: rllte's ``DistributedAgent``, ``IMPALA`` and ``DistributedActorLearner``;
 - :mod:`distrl.compat.hsuanwu`: Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)``;

@@ -11,27 +11,27 @@ from dataclasses import dataclass
 
 import torch
 
-from distrl.sampling.slots import RolloutStorage
+from distrl.sampling.slots import Slots
 
 POLL_SECONDS = 0.5  # the longest a learner's wait goes without looking at its stop event
 
 
-def take_full_slots(storage: RolloutStorage, held: list[int], batch_size: int, stopped: Callable[[], bool],
+def take_full_slots(slots: Slots, held: list[int], batch_size: int, stopped: Callable[[], bool],
                     activity: dict, name: str) -> None:
     """Wait until ``held`` has ``batch_size`` full slot indices (or ``stopped()`` is true)."""
     while len(held) < batch_size and not stopped():
         activity[name] = f"waiting for full slots ({len(held)} of {batch_size} held)"
         try:
-            held.append(storage.full_queue.get(timeout=POLL_SECONDS))
+            held.append(slots.full_queue.get(timeout=POLL_SECONDS))
         except queue.Empty:
             continue
 
 
-def get_batch(storage: RolloutStorage, held: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+def get_batch(slots: Slots, held: list[int], device: torch.device) -> dict[str, torch.Tensor]:
     """Copy the slots ``held`` into a ``[T+1, B]`` batch on ``device`` and free them."""
-    batch = storage.gather(held, device)
+    batch = slots.gather(held, device)
     for index in held:
-        storage.free_queue.put(index)
+        slots.free_queue.put(index)
     held.clear()
     return batch
 
@@ -59,7 +59,7 @@ class BatchSource:
     ``prefetch``, :meth:`next` takes and copies in the caller's thread.
 
     Args:
-        storage: the rollout storage.
+        slots: the rollout slots.
         batch_size: B, the slots of a batch.
         device: the learner's device.
         stop: the learner's stop event; once it is set every wait ends within ``POLL_SECONDS``.
@@ -72,9 +72,9 @@ class BatchSource:
         Exception: whatever the prefetching thread raised, from :meth:`next` in the learner thread.
     """
 
-    def __init__(self, storage: RolloutStorage, batch_size: int, device: torch.device, stop: threading.Event,
+    def __init__(self, slots: Slots, batch_size: int, device: torch.device, stop: threading.Event,
                  activity: dict, name: str, prefetch: bool = False):
-        self.storage, self.batch_size, self.device, self.stop = storage, batch_size, device, stop
+        self.slots, self.batch_size, self.device, self.stop = slots, batch_size, device, stop
         self.activity, self.name = activity, name
         self.held: list[int] = []  # slots taken and not yet freed
         self._closed = threading.Event()
@@ -118,7 +118,7 @@ class BatchSource:
         if self._thread is not None:
             self._thread.join()
         for index in self.held:
-            self.storage.free_queue.put(index)
+            self.slots.free_queue.put(index)
         self.held.clear()
 
     def _stopped(self) -> bool:
@@ -126,16 +126,16 @@ class BatchSource:
 
     def _take_and_copy(self, name: str) -> Batch | None:
         start = time.perf_counter()
-        take_full_slots(self.storage, self.held, self.batch_size, self._stopped, self.activity, name)
+        take_full_slots(self.slots, self.held, self.batch_size, self._stopped, self.activity, name)
         if self._stopped():
             return None
         copy_start = time.perf_counter()
         self.activity[name] = "copying a batch"
         if self._stream is None:
-            tensors = get_batch(self.storage, self.held, self.device)
+            tensors = get_batch(self.slots, self.held, self.device)
         else:
             with torch.cuda.stream(self._stream):
-                tensors = get_batch(self.storage, self.held, self.device)
+                tensors = get_batch(self.slots, self.held, self.device)
             self._stream.synchronize()
         return Batch(tensors, copy_start - start, time.perf_counter() - copy_start)
 

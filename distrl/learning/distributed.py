@@ -1,7 +1,7 @@
 """Several ranks, one run: ``torch.distributed`` ranks started by ``torchrun`` (or ``srun ... torchrun``),
 or by ``distrl train distributed.nproc_per_node=K`` through torch's elastic launcher.
 
-Every rank runs its own actors, storage and one learner thread on its share of the node's cores
+Every rank runs its own actors, slots and one learner thread on its share of the node's cores
 (CUDA: ``cuda:LOCAL_RANK``). Before every optimizer step the learners average their gradients
 (one all-reduce of the flattened gradients), so every rank holds the same weights; every
 ``distributed.check_interval`` updates a checksum of the weights is compared across ranks. Agent

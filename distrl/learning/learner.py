@@ -1,16 +1,16 @@
-"""The learner: learn from a batch of B full slots, publish the weights (step 4 of the five files of
-:mod:`distrl.runtime`).
+"""The learner: learn from a batch of B full slots, publish the weights (step 2 of
+:mod:`distrl.learning`).
 
-A learner thread loops over :meth:`distrl.sampling.slots.BatchSource.next` (B full slots copied
+A learner thread loops over :meth:`distrl.learning.batches.BatchSource.next` (B full slots copied
 into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
 the update) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
 ``agent.num_minibatches`` minibatches of whole unrolls, one optimizer step per minibatch on the
-agent's loss (:mod:`distrl.agents`: IMPALA's, or APPO's clipped surrogate, both on V-trace's
-targets computed with the network of that step), then the new weights published into the actors'
-copy. With an intrinsic reward (:mod:`distrl.intrinsic`) its rewards are computed once per batch
-and its module trained after the optimizer steps. The learning rate, the entropy cost and the
-intrinsic reward's weight of each update come from :class:`distrl.learning.schedule.Schedule` at the
-learner's update count, the one counter of a run.
+agent's loss (:mod:`distrl.agents`: IMPALA's policy gradient or APPO's clipped surrogate, on the
+targets of the return estimator, V-trace by default, computed with the network of that step), then
+the new weights published into the actors' copy. With an intrinsic reward (:mod:`distrl.intrinsic`)
+its rewards are computed once per batch and its module trained after the optimizer steps. The
+learning rate, the entropy cost and the intrinsic reward's weight of each update come from
+:class:`distrl.learning.schedule.Schedule` at the learner's update count, the one counter of a run.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from distrl.learning.schedule import Position, Schedule
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import normalise_batch
 from distrl.nn.precision import autocast
-from distrl.sampling.slots import RolloutStorage
+from distrl.sampling.slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ class NonFiniteError(RuntimeError):
     """Too many learner updates in a row had a non-finite loss or gradient."""
 
 
-def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: LearnerStats, batch_size: int,
+def run_learner_thread(learner: Learner, *, slots: Slots, stats: LearnerStats, batch_size: int,
                        policy_version, stop: threading.Event, errors: list, max_nonfinite_updates: int = 10,
                        check_interval: int = 100, exchange_interval: int = 8, prefetch: bool = False) -> None:
     """Loop: take ``B`` full slots, get the batch, update, until the schedule's budget of agent steps
@@ -296,7 +296,7 @@ def run_learner_thread(learner: Learner, *, storage: RolloutStorage, stats: Lear
     """
     ranks = learner.ranks
     name = threading.current_thread().name
-    source = BatchSource(storage, batch_size, learner.device, stop, stats.activity, name, prefetch)
+    source = BatchSource(slots, batch_size, learner.device, stop, stats.activity, name, prefetch)
     nonfinite_in_a_row = 0
     try:
         while not stop.is_set():

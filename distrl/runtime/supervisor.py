@@ -20,7 +20,7 @@ from distrl.learning.distributed import CollectiveFailed
 from distrl.learning.learner import Learner, LearnerStats, run_learner_thread
 from distrl.sampling.actor import STOP_SIGNALS, ActorContext, run_actor
 from distrl.sampling.queues import drain
-from distrl.sampling.slots import Channels, RolloutStorage
+from distrl.sampling.slots import Channels, Slots
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Workers:
 
     Args:
         mp_context: the ``torch.multiprocessing`` context that starts the actors.
-        storage: the rollout slots.
+        slots: the rollout slots.
         channels: queues, stop flag, policy version and heartbeats shared with the actors.
         learner: the learner the threads call.
         stats: the counters the learner threads advance.
@@ -68,12 +68,12 @@ class Workers:
         target: the actor process's function, ``target(actor_id, context)`` (:func:`run_actor`).
     """
 
-    def __init__(self, mp_context, storage: RolloutStorage, channels: Channels, learner: Learner,
+    def __init__(self, mp_context, slots: Slots, channels: Channels, learner: Learner,
                  stats: LearnerStats, max_restarts: int = 10, restart_window: float = 600.0,
                  reseed: Callable[[int, int], int] | None = None, target: Callable = run_actor):
         self.mp_context = mp_context
         self.target = target
-        self.storage = storage
+        self.slots = slots
         self.channels = channels
         self.learner = learner
         self.stats = stats
@@ -94,14 +94,14 @@ class Workers:
               max_nonfinite_updates: int = 10, check_interval: int = 100, prefetch: bool = False) -> None:
         """Start one process per actor context and ``num_learners`` learner threads, which stop
         when the learner's schedule has consumed its budget of agent steps (``prefetch``: each
-        copies its next batch beside its update, :class:`distrl.sampling.slots.BatchSource`)."""
+        copies its next batch beside its update, :class:`distrl.learning.batches.BatchSource`)."""
         self.contexts = list(actor_contexts)
         for actor_id, ctx in enumerate(self.contexts):
             self.actors.append(self._spawn(actor_id, ctx))
         for i in range(num_learners):
             thread = threading.Thread(
                 target=run_learner_thread, name=f"distrl-learner-{i}", daemon=True, args=(self.learner,),
-                kwargs=dict(storage=self.storage, stats=self.stats, batch_size=batch_size,
+                kwargs=dict(slots=self.slots, stats=self.stats, batch_size=batch_size,
                             policy_version=self.channels.policy_version,
                             stop=self.learner_stop, errors=self.learner_errors,
                             max_nonfinite_updates=max_nonfinite_updates, check_interval=check_interval,
@@ -148,7 +148,7 @@ class Workers:
             raise LearnerFailure(f"learner raised {type(exc).__name__}: {exc}") from exc
 
     def _restart(self, actor_id: int, cause: str) -> None:
-        freed = self.storage.release_owned(actor_id)
+        freed = self.slots.release_owned(actor_id)
         now = time.monotonic()
         while self.restart_times and self.restart_times[0] < now - self.restart_window:
             self.restart_times.popleft()
@@ -176,10 +176,10 @@ class Workers:
             beat = float(self.channels.heartbeat[actor_id])
             last = f"last step {now - beat:.1f} s ago" if beat else "no step yet"
             state = "alive" if process.is_alive() else f"dead (exit code {process.exitcode})"
-            held = int((self.storage.owner == actor_id).sum())
+            held = int((self.slots.owner == actor_id).sum())
             lines.append(f"actor {actor_id} (pid {process.pid}): {state}, {last}, holds {held} slot(s)")
-        lines.append(f"slots: {self.storage.free_queue.qsize()} free, {self.storage.full_queue.qsize()} full "
-                     f"waiting for a learner, of {self.storage.num_storages}")
+        lines.append(f"slots: {self.slots.free_queue.qsize()} free, {self.slots.full_queue.qsize()} full "
+                     f"waiting for a learner, of {self.slots.num_slots}")
         for thread in self.learner_threads:
             what = self.stats.activity.get(thread.name, "not started")
             lines.append(f"{thread.name}: {'alive' if thread.is_alive() else 'stopped'}, {what}")
@@ -217,16 +217,16 @@ class Workers:
                 log.warning("actor %s did not stop in %.0f s: killing it", process.name, ACTOR_JOIN_SECONDS)
                 process.kill()  # SIGTERM is ignored by actors
                 process.join()
-            self.storage.release_owned(actor_id)
-        free = self.storage.reclaim()
-        lost = self.storage.num_storages - len(free)
+            self.slots.release_owned(actor_id)
+        free = self.slots.reclaim()
+        lost = self.slots.num_slots - len(free)
         if lost or len(set(free)) != len(free):
-            log.warning("storage accounting: %d of %d slots not returned", lost, self.storage.num_storages)
+            log.warning("slot accounting: %d of %d slots not returned", lost, self.slots.num_slots)
         return free
 
     def close(self) -> None:
         """Release the queues (after :meth:`stop`)."""
-        self.storage.close()
+        self.slots.close()
         self.channels.close()
 
 

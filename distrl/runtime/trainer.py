@@ -52,7 +52,7 @@ from distrl.runtime.supervisor import (
 )
 from distrl.sampling import logs
 from distrl.sampling.actor import actor_contexts
-from distrl.sampling.slots import Channels, RolloutStorage
+from distrl.sampling.slots import Channels, Slots
 from distrl.utils import checkpoint
 from distrl.utils.runlock import RunLock
 from distrl.utils.telemetry import NullTelemetry, Telemetry, WandbSink
@@ -150,7 +150,7 @@ class Trainer:
             self.policy.publish()
 
     @property
-    def num_storages(self) -> int:
+    def num_slots(self) -> int:
         return self.placement.num_storages
 
     @property
@@ -235,20 +235,20 @@ class Trainer:
         self.ranks.clear_stop()
         announce(cfg, p, self.spec, self.policy, self.ranks, self.run_dir)
         mp_context = mp.get_context("spawn")
-        storage = RolloutStorage(RolloutLayout.for_run(cfg, self.spec), self.num_storages, mp_context)
-        log.debug("slots: %d, %.1f MiB shared memory", self.num_storages, storage.nbytes() / 2**20)
+        slots = Slots(RolloutLayout.for_run(cfg, self.spec), self.num_slots, mp_context)
+        log.debug("slots: %d, %.1f MiB shared memory", self.num_slots, slots.nbytes() / 2**20)
         hparams = flatten(OmegaConf.to_container(cfg, resolve=True))
         hparams["distributed.world_size"] = self.ranks.world_size
         self.telemetry = Telemetry(
             self.run_dir, train.num_train_steps, self.position.agent_steps, self.spec.frameskip,
             hparams=hparams, progress=self.progress, wandb=WandbSink.start(self.run_dir, cfg),
         ) if self.ranks.is_main else NullTelemetry()
-        channels = Channels.create(storage, mp_context, p.num_actors, self.position.policy_version)
+        channels = Channels.create(slots, mp_context, p.num_actors, self.position.policy_version)
         self.actor_logs = logs.ActorLogWriter(channels.log_queue, self.run_dir / "actors.log")
         self.actor_logs.start()
         first_actor = self.ranks.rank * p.num_actors
         self.workers = Workers(
-            mp_context, storage, channels, self.learner, self.stats, max_restarts=train.max_actor_restarts,
+            mp_context, slots, channels, self.learner, self.stats, max_restarts=train.max_actor_restarts,
             restart_window=train.actor_restart_window,
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
@@ -258,7 +258,7 @@ class Trainer:
                                        p.actor_precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"
         try:
-            contexts = actor_contexts(cfg, p, self.policy.actor, storage, channels, first_actor=first_actor,
+            contexts = actor_contexts(cfg, p, self.policy.actor, slots, channels, first_actor=first_actor,
                                       bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
             self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.max_nonfinite_updates,
                                cfg.distributed.check_interval, train.prefetch)
@@ -353,9 +353,9 @@ class Trainer:
                     self.ranks.stop_requested.set()
                 finish = self.ranks.timeout
             free = self.workers.stop(learners_finish=finish)
-            if free != list(range(self.num_storages)):  # each slot index exactly once: none lost, none twice
+            if free != list(range(self.num_slots)):  # each slot index exactly once: none lost, none twice
                 log.warning("rollout slots at shutdown: %d of %d indices returned (%d distinct): a slot was lost "
-                            "or handed out twice", len(free), self.num_storages, len(set(free)))
+                            "or handed out twice", len(free), self.num_slots, len(set(free)))
             self.actor_logs.stop()
             # the other ranks' episodes of the learners' last exchange
             self.reporter.log_episodes(list(self.ranks.incoming), self.position.agent_steps, deque())

@@ -1,9 +1,9 @@
-"""The actor process: step envs with the behaviour policy and fill rollout slots (step 2 of the five
-files of :mod:`distrl.runtime`).
+"""The actor process: step envs with the behaviour policy and fill rollout slots (step 3 of
+:mod:`distrl.sampling`).
 
 Each actor steps ``envs_per_actor`` environments with one batched forward pass of the shared-memory
-actor copy of the network per step (:func:`distrl.nn.actor_critic.step_policy`) and writes each
-environment's unroll into its own storage slot. It uses one torch thread, never touches CUDA,
+actor copy of the network per step (:func:`distrl.sampling.policy.step_policy`) and writes each
+environment's unroll into its own slots slot. It uses one torch thread, never touches CUDA,
 ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through ``stop_event``), exits when its
 parent is gone, and returns the slots it holds to the free queue on the way out. Its log records go
 to the trainer through a queue (:mod:`distrl.sampling.logs`).
@@ -29,7 +29,7 @@ from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, StepInputs, final_values, step_policy
 from distrl.sampling.queues import PIPE_BUF
-from distrl.sampling.slots import NO_OWNER, Channels, RolloutStorage
+from distrl.sampling.slots import NO_OWNER, Channels, Slots
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class ActorContext:
     return_discount: float | None = None
 
 
-def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Channels,
+def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
                    log_level: str | None = None, first_actor: int = 0,
                    bonus: ActorBonus | None = None) -> list[ActorContext]:
     """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``.
@@ -87,7 +87,7 @@ def actor_contexts(cfg, placement, model, storage: RolloutStorage, channels: Cha
         ActorContext(
             env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
             seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
-            buffers=storage.buffers, channels=channels, parent_pid=os.getpid(),
+            buffers=slots.buffers, channels=channels, parent_pid=os.getpid(),
             log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
             precision=placement.actor_precision, bonus=bonus,
             return_discount=float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,
@@ -141,7 +141,7 @@ def _should_stop(ctx: ActorContext) -> bool:
 
 
 def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
-    """Fill storage slots with unrolls until stopped.
+    """Fill slots slots with unrolls until stopped.
 
     Each step: the policy acts on a batch of envs (all of them, or half with async stepping); what
     it saw and did is written at each env's row (:meth:`SlotWriter.write_acted`, which hands in the

@@ -1,15 +1,15 @@
 """Where a rollout waits between the actor that writes it and the learner that reads it: the slots
-in shared memory, the queues of their indices (:mod:`distrl.sampling.queues`) and the other queues
-and numbers the trainer shares with its actor processes (:class:`Channels`), and how a learner
-thread takes its batches from them (:class:`BatchSource`).
+in shared memory (:class:`Slots`), the queues of their indices (:mod:`distrl.sampling.queues`) and
+the other queues and numbers the trainer shares with its actor processes (:class:`Channels`); a
+learner thread takes its batches from them with :class:`distrl.learning.batches.BatchSource`.
 
-Slots: ``num_storages`` of them, each key one shared tensor with the slot as the leading dimension,
-allocated once; a slot's row layout is :class:`distrl.rollout.RolloutLayout`. Every slot index is
-always in exactly one place: the free queue, an actor, the full queue or a learner. Actors take
-free indices, fill them and put them on the full queue; learners take ``B`` full indices, copy the
-batch out and put them back on the free queue. The slots an actor holds are marked with its id in
-``owner``, so that the trainer can return them to the free queue when the actor dies
-(:meth:`RolloutStorage.release_owned`).
+``num_storages`` slots (rllte's name for the config key), each key one shared tensor with the slot
+as the leading dimension, allocated once; a slot's row layout is
+:class:`distrl.rollout.RolloutLayout`. Every slot index is always in exactly one place: the free
+queue, an actor, the full queue or a learner. Actors take free indices, fill them and put them on
+the full queue; learners take ``B`` full indices, copy the batch out and put them back on the free
+queue. The slots an actor holds are marked with its id in ``owner``, so that the trainer can return
+them to the free queue when the actor dies (:meth:`Slots.release_owned`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class Channels:
     tensors only, so that a killed process leaves no lock held and nothing in /dev/shm).
 
     Attributes:
-        free_queue, full_queue: slot index queues (those of the :class:`RolloutStorage`).
-        owner: ``[N] int32``, the actor holding each slot (the storage's ``owner``).
+        free_queue, full_queue: slot index queues (those of the :class:`Slots`).
+        owner: ``[N] int32``, the actor holding each slot (the slots' ``owner``).
         episode_queue: finished episodes as ``(actor_id, return, length)``.
         error_queue: an actor's exception as ``(actor_id, traceback text)``.
         log_queue: the actors' log records (:mod:`distrl.sampling.logs` writes them to ``actors.log``).
@@ -51,15 +51,15 @@ class Channels:
     heartbeat: torch.Tensor
 
     @classmethod
-    def create(cls, storage: Any, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
-        """The channels of a :class:`RolloutStorage` ``storage`` (its slot queues
+    def create(cls, slots: Any, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
+        """The channels of a :class:`Slots` ``slots`` (its slot queues
         and ``owner``) for ``num_actors`` actors, with new message queues and shared values."""
-        return cls(storage.free_queue, storage.full_queue, storage.owner, MessageQueue(mp_context),
+        return cls(slots.free_queue, slots.full_queue, slots.owner, MessageQueue(mp_context),
                    MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
                    torch.zeros(num_actors, dtype=torch.float64).share_memory_())
 
     def close(self) -> None:
-        """Close this process's ends of the message queues (the slot queues belong to the storage)."""
+        """Close this process's ends of the message queues (the slot queues belong to :class:`Slots`)."""
         self.episode_queue.close()
         self.error_queue.close()
         self.log_queue.close()
@@ -68,12 +68,12 @@ class Channels:
 NO_OWNER = -1
 
 
-class RolloutStorage:
-    """``num_storages`` shared-memory slots and their free/full index queues.
+class Slots:
+    """``num_slots`` shared-memory slots and their free/full index queues.
 
     Args:
         layout: the slot layout.
-        num_storages: number of slots N.
+        num_slots: number of slots N.
         ctx: the ``torch.multiprocessing`` context whose queues the processes share.
 
     Attributes:
@@ -82,25 +82,25 @@ class RolloutStorage:
         free_queue, full_queue: :class:`IndexQueue` of slot indices.
 
     Raises:
-        OSError: the queues cannot hold ``num_storages`` indices (validation refuses such sizes).
+        OSError: the queues cannot hold ``num_slots`` indices (validation refuses such sizes).
     """
 
-    def __init__(self, layout: RolloutLayout, num_storages: int, ctx):
+    def __init__(self, layout: RolloutLayout, num_slots: int, ctx):
         self.layout = layout
-        self.num_storages = num_storages
-        self.free_queue = IndexQueue(num_storages, ctx)
-        self.full_queue = IndexQueue(num_storages, ctx)
+        self.num_slots = num_slots
+        self.free_queue = IndexQueue(num_slots, ctx)
+        self.full_queue = IndexQueue(num_slots, ctx)
         self.buffers = {
-            key: torch.zeros((num_storages, *shape), dtype=dtype).share_memory_()
+            key: torch.zeros((num_slots, *shape), dtype=dtype).share_memory_()
             for key, (shape, dtype) in layout.specs().items()
         }
-        self.owner = torch.full((num_storages,), NO_OWNER, dtype=torch.int32).share_memory_()
-        for index in range(num_storages):
+        self.owner = torch.full((num_slots,), NO_OWNER, dtype=torch.int32).share_memory_()
+        for index in range(num_slots):
             self.free_queue.put(index)
 
     def nbytes(self) -> int:
         """Bytes of shared memory held by the slots."""
-        return self.layout.nbytes(self.num_storages)
+        return self.layout.nbytes(self.num_slots)
 
     def gather(self, indices: Sequence[int], device: torch.device) -> dict[str, torch.Tensor]:
         """Copy the slots ``indices`` into a time-major batch on ``device``.

@@ -1,0 +1,16 @@
+"""Learning, the data path's second half: B full slots become a batch, the batch an update, the
+update new weights for the actors. Read in this order:
+
+1. ``batches.py``  ``BatchSource.next``: B full slot indices from the full queue, copied into one
+   ``[T+1, B]`` batch on the learner's device and freed (with ``train.prefetch``, one batch ahead
+   in a thread of its own).
+2. ``learner.py``  ``Learner.update``: the running statistics updated from the batch, then
+   ``num_epochs x num_minibatches`` optimizer steps, each on the agent's loss of the network's
+   outputs (:mod:`distrl.agents`: the action distribution's scores, the return estimator's targets,
+   the objective), then the weights published into the actors' copy
+   (:meth:`distrl.nn.actor_learner.ActorLearner.publish`).
+
+Beside them: ``schedule.py`` derives everything from the learner's update count (agent steps, the
+learning rate, the entropy cost, the intrinsic reward's weight); ``distributed.py`` averages
+gradients and sums statistics across ranks (``torchrun``).
+"""
