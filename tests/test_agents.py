@@ -1,4 +1,4 @@
-"""The agents' losses (:mod:`distrl.agents`): APPO's clipped surrogate and value clipping written out
+"""The agents' losses (:mod:`distrl.learning.losses`): APPO's clipped surrogate and value clipping written out
 by hand, the minibatch plan the learner follows, V-trace recomputed per minibatch."""
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 from conftest import compose_train
 from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_policy_batch
 
-from distrl.agents import ClippedSurrogate, PolicyGradient, VTrace, make_loss
-from distrl.agents.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
+from distrl.learning.losses import ClippedSurrogate, PolicyGradient, VTrace, make_loss
+from distrl.learning.losses.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
 from distrl.nn.actor_learner import ActorLearner
 
 

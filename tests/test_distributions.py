@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from distrl import compose_config
-from distrl.agents import make_loss
+from distrl.learning.losses import make_loss
 from distrl.nn.distributions import ActionSpace
 
 REFERENCE = Path(__file__).parent / "data" / "discrete-losses-30df573.pt"

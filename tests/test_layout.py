@@ -21,7 +21,7 @@ LAYERS = [
     ("learning",),                          # the data path's second half: batches, the learner, ranks
     ("sampling",),                          # its first half: the actors, the slots and their queues
     ("config",),                            # schema, composition, validation, the host, placement
-    ("agents", "nn", "intrinsic", "envs"),  # losses, networks, intrinsic rewards, environments
+    ("nn", "intrinsic", "envs"),            # networks, intrinsic rewards, environments
     ("rollout", "utils", "version"),        # the rollout's layout; what knows nothing of RL
 ]
 MAX_LINES = 400

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from distrl.agents import vtrace
+from distrl.learning.losses import vtrace
 
 
 def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final_values, gamma, rho_bar, c_bar,
@@ -168,7 +168,7 @@ def gae_reference(rewards, values, bootstrap, terminated, truncated, final_value
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gae_is_the_backward_recursion_and_its_targets_the_lambda_returns(seed):
-    from distrl.agents.returns import GAE, Stream
+    from distrl.learning.losses.returns import GAE, Stream
 
     g = torch.Generator().manual_seed(seed)
     T, B, gamma, lam = 7, 3, 0.97, 0.9

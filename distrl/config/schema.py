@@ -21,6 +21,9 @@ class ConfigError(ValueError):
     """A config value is not allowed; the message names the key and what is allowed."""
 
 
+ESTIMATORS = ("vtrace", "gae")  # agent.estimator (distrl/learning/losses/returns.py)
+
+
 @dataclass
 class AtariEnvConfig:
     """ALE Atari with Machado et al. (2018) preprocessing; values in conf/env/atari.yaml."""
@@ -53,7 +56,7 @@ class GymEnvConfig:
 
 @dataclass
 class AgentConfig:
-    """The keys every agent has (:mod:`distrl.agents`); IMPALA's values in conf/agent/impala.yaml (how
+    """The keys every agent has (:mod:`distrl.learning.losses`); IMPALA's values in conf/agent/impala.yaml (how
     they were measured: docs/learning.md)."""
 
     name: str = MISSING
@@ -69,7 +72,7 @@ class AgentConfig:
     baseline_cost: float = MISSING
     discount: float = MISSING
     reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
-    estimator: str = MISSING  # the return estimator: vtrace | gae (distrl/agents/returns.py)
+    estimator: str = MISSING  # the return estimator: vtrace | gae (distrl/learning/losses/returns.py)
     rho_bar: float = MISSING
     c_bar: float = MISSING
     trace_lambda: float = MISSING  # V-trace's c_s = lambda min(c_bar, rho_s), in (0, 1]; GAE's lambda
@@ -84,7 +87,8 @@ class AgentConfig:
 
 @dataclass
 class AppoConfig(AgentConfig):
-    """APPO (:mod:`distrl.agents.appo`): the keys of every agent and the clips; values in conf/agent/appo.yaml."""
+    """APPO (:mod:`distrl.learning.losses.appo`): the keys of every agent and the clips; values in
+    conf/agent/appo.yaml."""
 
     clip: float = MISSING  # the policy ratio's clip, > 0
     value_clip: float | None = MISSING  # the value's clip around the behaviour value; null: none

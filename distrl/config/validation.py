@@ -15,11 +15,10 @@ from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.agents.returns import ESTIMATORS
 from distrl.config import host
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
-from distrl.config.schema import AGENT_SCHEMAS, ConfigError, EvalConfig, TrainConfig, check_keys
+from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, ConfigError, EvalConfig, TrainConfig, check_keys
 from distrl.envs import EnvSpec, SpaceError, known_env_id_error
 from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE

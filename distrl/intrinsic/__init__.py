@@ -4,7 +4,7 @@ A module sees a ``[T+1, B]`` batch of rollouts (:mod:`distrl.rollout`) and gives
 of rows ``0..T-1`` an intrinsic reward for the observation it led to (row ``t+1``), divided by a
 running standard deviation ``sigma`` (below). By default the learner gives it a return and a value
 head of its own and adds the advantages,
-``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.agents.base.AgentLoss.targets`); with
+``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.learning.losses.base.AgentLoss.targets`); with
 ``intrinsic.episodic=true`` it adds the rewards instead, ``r_t = clip(r_ext_t) + coef_t * r_int_t /
 sigma``, in one return. ``coef_t`` is ``intrinsic.coef`` times its schedule
 (:class:`distrl.learning.schedule.Schedule`).

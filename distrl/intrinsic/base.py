@@ -11,8 +11,8 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from distrl.agents.vtrace import reverse_discounted_sum
 from distrl.rollout import STEPS
+from distrl.utils.discounted import reverse_discounted_sum
 
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
 

@@ -6,9 +6,12 @@ update new weights for the actors. Read in this order:
    in a thread of its own).
 2. ``learner.py``  ``Learner.update``: the running statistics updated from the batch, then
    ``num_epochs x num_minibatches`` optimizer steps, each on the agent's loss of the network's
-   outputs (:mod:`distrl.agents`: the action distribution's scores, the return estimator's targets,
-   the objective), then the weights published into the actors' copy
+   outputs, then the weights published into the actors' copy
    (:meth:`distrl.nn.actor_learner.ActorLearner.publish`).
+3. ``losses/base.py``  ``AgentLoss``: the stored actions scored by the action distribution
+   (:mod:`distrl.nn.distributions`), the reward streams, the return estimator on each
+   (``losses/returns.py``: V-trace, GAE; the recursion in ``losses/vtrace.py``) and the objective
+   (``losses/appo.py``'s clipped surrogate, or ``losses/impala.py``'s policy gradient).
 
 Beside them: ``schedule.py`` derives everything from the learner's update count (agent steps, the
 learning rate, the entropy cost, the intrinsic reward's weight); ``distributed.py`` averages

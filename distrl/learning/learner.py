@@ -5,7 +5,7 @@ A learner thread loops over :meth:`distrl.learning.batches.BatchSource.next` (B 
 into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
 the update) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
 ``agent.num_minibatches`` minibatches of whole unrolls, one optimizer step per minibatch on the
-agent's loss (:mod:`distrl.agents`: IMPALA's policy gradient or APPO's clipped surrogate, on the
+agent's loss (:mod:`distrl.learning.losses`: IMPALA's policy gradient or APPO's clipped surrogate, on the
 targets of the return estimator, V-trace by default, computed with the network of that step), then
 the new weights published into the actors' copy. With an intrinsic reward (:mod:`distrl.intrinsic`)
 its rewards are computed once per batch and its module trained after the optimizer steps. The
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import torch
 from omegaconf import DictConfig
 
-from distrl.agents import LossTerms, make_loss
 from distrl.intrinsic import IntrinsicReward
 from distrl.learning.batches import Batch, BatchSource
 from distrl.learning.distributed import Ranks
+from distrl.learning.losses import LossTerms, make_loss
 from distrl.learning.schedule import Position, Schedule
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import normalise_batch
@@ -81,7 +81,7 @@ class Learner:
             clip are fp32); ``fp32``: no autocast.
 
     Attributes:
-        agent_loss: the agent's loss (:func:`distrl.agents.make_loss` of ``agent``).
+        agent_loss: the agent's loss (:func:`distrl.learning.losses.make_loss` of ``agent``).
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
             the agent steps); a resumed run sets it. Guarded by ``lock`` with the weights.
     """
@@ -198,11 +198,11 @@ class Learner:
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> LossTerms:
         """The agent's loss on ``batch`` (a ``[T+1, B]`` batch or a minibatch of it):
-        ``(total, policy, value, entropy, diagnostics)`` (:class:`distrl.agents.LossTerms`), scalar
+        ``(total, policy, value, entropy, diagnostics)`` (:class:`distrl.learning.losses.LossTerms`), scalar
         tensors averaged over its ``T x B`` steps.
 
         The network runs on all T+1 rows with the weights of this moment; :attr:`agent_loss`
-        (:mod:`distrl.agents`) computes the loss from its outputs. Compiled with ``compile``.
+        (:mod:`distrl.learning.losses`) computes the loss from its outputs. Compiled with ``compile``.
         """
         return self._loss(batch, entropy_cost, intrinsic_coef)
 
@@ -228,7 +228,7 @@ class Learner:
                         stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[dict[str, float], bool]:
         """One optimizer step on ``batch``, skipped if the loss or the gradient norm is not finite.
         Returns ``{total, policy, value, entropy, grad_norm}`` (the norm before clipping) and the
-        loss's diagnostics (:class:`distrl.agents.LossTerms`), floats, and whether the step was made."""
+        loss's diagnostics (:class:`distrl.learning.losses.LossTerms`), floats, and whether the step was made."""
         if self._cuda_graph_steps:
             torch.compiler.cudagraph_mark_step_begin()
         # an override's loss (distrl.compat.rllte) may give 4 terms, without the diagnostics

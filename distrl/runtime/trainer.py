@@ -69,7 +69,7 @@ SHUTTING_DOWN = threading.Event()
 
 
 class Trainer:
-    """Actor-learner training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.agents`).
+    """Actor-learner training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.learning.losses`).
 
     Hsuanwu's ``Trainer(cfgs, train_env, test_env)`` is
     :class:`distrl.compat.hsuanwu.Trainer`, which builds this.

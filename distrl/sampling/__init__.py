@@ -1,8 +1,8 @@
 """Sampling, the data path's first half: envs stepped by the behaviour policy, each env's unroll
 written into a slot in shared memory, the slot handed to the learners. Read in this order:
 
-1. ``../envs/__init__.py`` ``VectorStepper.step``: one call steps every env of an actor (ale-py's
-   vector env or Gymnasium's).
+1. ``stepper.py`` ``VectorStepper``: one ``send``/``recv`` steps every env of an actor (the vector
+   envs :mod:`distrl.envs` builds: ale-py's or Gymnasium's).
 2. ``policy.py``  ``step_policy``: one batched forward pass of the actors' copy of the network for
    those envs (the loop step the actors and evaluation share), ``AgentState`` what one step hands
    the next.

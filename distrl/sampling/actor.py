@@ -23,13 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from distrl.envs import VectorStepper, env_seed, final_observations, make_vector_env
+from distrl.envs import env_seed, make_vector_env
 from distrl.intrinsic import ActorBonus
 from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, StepInputs, final_values, step_policy
 from distrl.sampling.queues import PIPE_BUF
 from distrl.sampling.slots import NO_OWNER, Channels, Slots
+from distrl.sampling.stepper import VectorStepper, final_observations
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Sample Factory's asynchronous PPO with ``with_vtrace=True`` (Petrenko et al. 2020; its learner's
 ``_calculate_losses``): the learner makes ``num_epochs`` passes over each batch, each in
 ``num_minibatches`` minibatches of whole unrolls, and recomputes V-trace on every minibatch with
-the network of that moment (:meth:`distrl.agents.base.AgentLoss.targets`), so that the targets
+the network of that moment (:meth:`distrl.learning.losses.base.AgentLoss.targets`), so that the targets
 follow the policy as it moves within the batch. On one minibatch, averaged over its steps:
 
 - the clipped surrogate (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7)
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from distrl.agents import vtrace
-from distrl.agents.base import STEPS, LossTerms, Targets
+from distrl.learning.losses import vtrace
+from distrl.learning.losses.base import STEPS, LossTerms, Targets
 
 
 def clipped_surrogate_loss(log_ratios: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
@@ -69,7 +69,7 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, targets: 
 
 
 class ClippedSurrogate:
-    """APPO's objective; the module docstring gives its terms (:class:`distrl.agents.base.Objective`).
+    """APPO's objective; the module docstring gives its terms (:class:`distrl.learning.losses.base.Objective`).
 
     Args:
         clip: the ratio's clip (``agent.clip``, > 0).

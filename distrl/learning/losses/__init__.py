@@ -1,13 +1,12 @@
-"""Agents: a loss is an objective x a return estimator x the action space's distribution
-(:class:`distrl.agents.base.AgentLoss`), one objective per file.
+"""The agents' losses: a loss is an objective x a return estimator x the action space's
+distribution (:class:`base.AgentLoss`), one objective per file.
 
-- :mod:`distrl.agents.vtrace`: V-trace's recursion and the loss terms, as pure tensor functions;
-- :mod:`distrl.agents.returns`: the return estimators (``agent.estimator``): V-trace, GAE;
-- :mod:`distrl.agents.base`: the composition (the batch's rows and reward streams, the estimator on
-  each, minibatches);
-- :mod:`distrl.agents.impala`: IMPALA's policy gradient (``agent=impala``; what the seeds'
-  ``IMPALA`` trains);
-- :mod:`distrl.agents.appo`: PPO's clipped surrogate (``agent=appo``, the default).
+- ``base.py``: the composition (the batch's rows and reward streams, the estimator on each,
+  minibatches);
+- ``returns.py``: the return estimators (``agent.estimator``): V-trace, GAE;
+- ``vtrace.py``: V-trace's recursion and the loss terms, as pure tensor functions;
+- ``impala.py``: IMPALA's policy gradient (``agent=impala``; what rllte's ``IMPALA`` trains);
+- ``appo.py``: PPO's clipped surrogate (``agent=appo``, the default).
 
 The action distributions are :mod:`distrl.nn.distributions`'.
 """
@@ -16,10 +15,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from distrl.agents.appo import ClippedSurrogate
-from distrl.agents.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Objective, Targets
-from distrl.agents.impala import PolicyGradient
-from distrl.agents.returns import ESTIMATORS, GAE, VTrace, make_estimator
+from distrl.learning.losses.appo import ClippedSurrogate
+from distrl.learning.losses.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Objective, Targets
+from distrl.learning.losses.impala import PolicyGradient
+from distrl.learning.losses.returns import ESTIMATORS, GAE, VTrace, make_estimator
 from distrl.nn.distributions import ActionSpace
 
 AGENTS = ("impala", "appo")

@@ -7,8 +7,8 @@ the unroll (:mod:`distrl.rollout`). On a (mini)batch and the network's outputs o
 :meth:`AgentLoss.targets` scores the stored actions under the current and the behaviour
 distribution, splits the rewards into streams (:meth:`AgentLoss.streams`: the extrinsic one, and an
 intrinsic one with its own value head), runs the return estimator on each
-(:mod:`distrl.agents.returns`: V-trace or GAE) and combines their advantages; the objective
-(:mod:`distrl.agents.impala`'s policy gradient, :mod:`distrl.agents.appo`'s clipped surrogate) turns
+(:mod:`distrl.learning.losses.returns`: V-trace or GAE) and combines their advantages; the objective
+(:mod:`distrl.learning.losses.impala`'s policy gradient, :mod:`distrl.learning.losses.appo`'s clipped surrogate) turns
 those :class:`Targets` into :class:`LossTerms`. The learner (:mod:`distrl.learning.learner`) runs the
 network, makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks inside
 the loss.
@@ -29,8 +29,8 @@ from typing import NamedTuple, Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.agents import vtrace
-from distrl.agents.returns import GAE, Stream, VTrace, make_estimator
+from distrl.learning.losses import vtrace
+from distrl.learning.losses.returns import GAE, Stream, VTrace, make_estimator
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import BOOTSTRAP, STEPS
 
@@ -73,8 +73,8 @@ class Targets(NamedTuple):
 
 class Objective(Protocol):
     """What an agent optimizes, given :meth:`AgentLoss.targets` on a (mini)batch: ``objective(batch,
-    targets, entropy_cost)`` -> :class:`LossTerms` (:class:`distrl.agents.impala.PolicyGradient`,
-    :class:`distrl.agents.appo.ClippedSurrogate`)."""
+    targets, entropy_cost)`` -> :class:`LossTerms` (:class:`distrl.learning.losses.impala.PolicyGradient`,
+    :class:`distrl.learning.losses.appo.ClippedSurrogate`)."""
 
     def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms: ...
 
@@ -90,7 +90,7 @@ class AgentLoss:
         action_space: the actions' space, whose distribution scores them
             (:class:`distrl.nn.distributions.ActionSpace`; an int ``A`` means ``Discrete(A)``).
         pretraining: the extrinsic reward is left out (reward-free training with an intrinsic one).
-        estimator: the return estimator (:mod:`distrl.agents.returns`); None: ``agent.estimator``'s.
+        estimator: the return estimator (:mod:`distrl.learning.losses.returns`); None: ``agent.estimator``'s.
 
     Attributes:
         agent: the node's values, read once into plain Python values (``agent.clip`` as on the node),

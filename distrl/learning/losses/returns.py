@@ -10,7 +10,7 @@ gradient's advantages and the value targets, swappable under every objective (``
   weight, advantages ``sum_l (gamma lambda)^l delta_{s+l}`` and value targets the lambda-returns
   ``A_s + V(x_s)``, as PPO computes them (Sample Factory's ``with_vtrace=False``). It is V-trace with
   every ``rho`` = 1 and ``c_s = lambda``, so it shares V-trace's recursion and its handling of
-  episode ends (:func:`distrl.agents.vtrace.vtrace_with_episode_ends`). The policy lag it ignores is
+  episode ends (:func:`distrl.learning.losses.vtrace.vtrace_with_episode_ends`). The policy lag it ignores is
   the clipped surrogate's ratio's business (APPO), not the targets'.
 
 Both run without gradient and in float32.
@@ -23,9 +23,8 @@ from typing import NamedTuple
 import torch
 from omegaconf import DictConfig
 
-from distrl.agents import vtrace
-
-ESTIMATORS = ("vtrace", "gae")
+from distrl.config.schema import ESTIMATORS
+from distrl.learning.losses import vtrace
 
 
 class Stream(NamedTuple):

@@ -1,8 +1,8 @@
 """IMPALA's objective (Espeholt et al. 2018, Section 4.2): what ``agent=impala`` trains, on the
-targets of the run's return estimator (V-trace by default, :mod:`distrl.agents.returns`).
+targets of the run's return estimator (V-trace by default, :mod:`distrl.learning.losses.returns`).
 
 ``policy gradient + baseline_cost x value loss + entropy_cost x (negative entropy)``, each averaged
-over the ``T x B`` steps of the batch (IMPALA sums them; :mod:`distrl.agents.vtrace` says why distrl
+over the ``T x B`` steps of the batch (IMPALA sums them; :mod:`distrl.learning.losses.vtrace` says why distrl
 averages):
 
 - the policy gradient ``-mean log pi(a_t|x_t) A_t`` with the estimator's advantages (V-trace's:
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from distrl.agents import vtrace
-from distrl.agents.base import LossTerms, Targets
+from distrl.learning.losses import vtrace
+from distrl.learning.losses.base import LossTerms, Targets
 
 
 class PolicyGradient:
-    """IMPALA's objective; the module docstring gives its terms (:class:`distrl.agents.base.Objective`).
+    """IMPALA's objective; the module docstring gives its terms (:class:`distrl.learning.losses.base.Objective`).
 
     Args:
         baseline_cost: the value loss's weight (``agent.baseline_cost``).
