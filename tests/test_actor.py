@@ -47,7 +47,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
     def run():
         try:
             act(0, actor_ctx, held)
-        except BaseException as exc:  # _Stopped ends the loop
+        except BaseException as exc:  # Stopped ends the loop
             errors.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -66,7 +66,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
     stop.set()
     thread.join(timeout=30)
     assert not thread.is_alive()
-    assert [type(e).__name__ for e in errors] == ["_Stopped"]
+    assert [type(e).__name__ for e in errors] == ["Stopped"]
     return slots, policy
 
 

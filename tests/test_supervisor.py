@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from distrl.learning.distributed import CollectiveFailed
-from distrl.learning.learner import LearnerStats
+from distrl.learning.thread import LearnerStats
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, Workers

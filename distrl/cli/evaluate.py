@@ -14,9 +14,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distrl.cli.exits import checked, fail
+from distrl.config.checks import validate_bf16_device, validate_env, validate_eval
 from distrl.config.host import actor_precision, resolve_device
 from distrl.config.schema import ConfigError, config_dir, register_configs
-from distrl.config.validation import validate_bf16_device, validate_env, validate_eval
 from distrl.runs import load_policy
 from distrl.utils.checkpoint import CheckpointError
 

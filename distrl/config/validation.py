@@ -16,10 +16,19 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.config import host
+from distrl.config.checks import (
+    LOG_LEVELS,
+    PRECISIONS,
+    auto_or_positive_int,
+    check,
+    positive_int,
+    validate_bf16_device,
+    validate_env,
+)
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
-from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, ConfigError, EvalConfig, TrainConfig, check_keys
-from distrl.envs import EnvSpec, SpaceError, known_env_id_error
+from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, TrainConfig, check_keys
+from distrl.envs import EnvSpec
 from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE
 from distrl.rollout import RolloutLayout
@@ -29,15 +38,7 @@ OPTIMIZERS = ("rmsprop", "adam")
 ENTROPY_SCHEDULES = ("constant", "linear")
 ENCODERS = ("nature_cnn", "impala_resnet", "minigrid_cnn", "mlp")
 INIT_FNS = ("orthogonal", "xavier_uniform", "default")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-PRECISIONS = ("auto", "fp32", "bf16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes (train.compile_mode)
-
-
-def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
 def _validate_schedule_points(schedule: Any, key: str = "agent.entropy_schedule",
@@ -46,7 +47,7 @@ def _validate_schedule_points(schedule: Any, key: str = "agent.entropy_schedule"
                f"agent_steps whole numbers >= 0 in non-decreasing order, factors on {on} >= 0: "
                f"e.g. [[2500000,1.0],[3000000,0.2]]")
     if isinstance(schedule, str):
-        _check(schedule in names, key, schedule, allowed)
+        check(schedule in names, key, schedule, allowed)
         return
     points = OmegaConf.to_container(schedule) if OmegaConf.is_config(schedule) else schedule
     ok = isinstance(points, list) and len(points) > 0 and all(
@@ -54,82 +55,7 @@ def _validate_schedule_points(schedule: Any, key: str = "agent.entropy_schedule"
                                                     and x >= 0 for x in p) and float(p[0]).is_integer()
         for p in points)
     ok = ok and all(a[0] <= b[0] for a, b in zip(points[:-1], points[1:], strict=True))
-    _check(ok, key, schedule, allowed)
-
-
-def _positive_int(cfg: DictConfig, key: str) -> None:
-    value = OmegaConf.select(cfg, key)
-    _check(isinstance(value, int) and value > 0, key, value, "must be an integer >= 1")
-
-
-def _auto_or_positive_int(value: Any, key: str) -> None:
-    _check(
-        value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
-        key, value, "'auto' or an integer >= 1",
-    )
-
-
-def validate_env(env: DictConfig) -> None:
-    """Check an env config: a known id and sane preprocessing values.
-
-    Raises:
-        ConfigError: naming ``env.<key>``.
-    """
-    _check(env.kind in ("atari", "gym"), "env.kind", env.kind, "atari or gym")
-    rebuilt = env.kind == "gym" and (env.get("spec") or env.get("factory"))  # the id only names it
-    problem = None if rebuilt else known_env_id_error(env.kind, env.id)
-    if problem:
-        raise ConfigError(f"env.id={env.id!r} is not allowed: {problem}")
-    if env.kind == "atari":
-        _check(env.backend in ("vector", "gymnasium"), "env.backend", env.backend, "vector or gymnasium")
-        _check(not (env.use_fire_reset and env.backend == "gymnasium"), "env.use_fire_reset",
-               env.use_fire_reset, "false with env.backend=gymnasium (only the vector backend has it)")
-        _check(0.0 <= env.repeat_action_probability <= 1.0, "env.repeat_action_probability",
-               env.repeat_action_probability, "a probability in [0, 1]")
-        for key in ("frameskip", "frame_stack", "img_size", "max_episode_steps"):
-            _check(env[key] >= 1, f"env.{key}", env[key], "must be an integer >= 1")
-        _check(env.noop_max >= 0, "env.noop_max", env.noop_max, "must be an integer >= 0")
-        _check(env.async_step in (True, False, "auto"), "env.async_step", env.async_step, "true, false or auto")
-    elif env.max_episode_steps is not None:
-        _check(env.max_episode_steps >= 1, "env.max_episode_steps", env.max_episode_steps,
-               "null or an integer >= 1")
-
-
-def env_creation_error(env_id: str, exc: Exception) -> ConfigError:
-    """The one-line error for an env id that is registered but cannot be created."""
-    first_line = str(exc).splitlines()[0] if str(exc) else ""
-    return ConfigError(f"env.id={env_id!r} is not allowed: creating it failed: {type(exc).__name__}: {first_line}")
-
-
-def validate_eval(cfg: DictConfig) -> None:
-    """Check an eval config (the checkpoint itself is checked when it is loaded).
-
-    Raises:
-        ConfigError: the first bad value, naming its key and what is allowed.
-    """
-    check_keys(cfg, EvalConfig)
-    if OmegaConf.is_missing(cfg, "ckpt"):
-        raise ConfigError("ckpt is missing: give the checkpoint to score, e.g. distrl eval ckpt=PATH/latest.pt")
-    _check(cfg.num_episodes >= 1, "num_episodes", cfg.num_episodes, "must be an integer >= 1")
-    _check(cfg.video_fps >= 1, "video_fps", cfg.video_fps, "must be an integer >= 1")
-    _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
-    device = host.resolve_device(cfg.device)
-    _check(cfg.precision is None or cfg.precision in PRECISIONS[1:], "precision", cfg.precision,
-           "null (the checkpoint's), fp32 or bf16")
-    validate_bf16_device(cfg.precision, device)
-
-
-def validate_bf16_device(precision: str | None, device) -> None:
-    """bf16 on a CUDA device needs one that computes it (Ampere or newer).
-
-    Raises:
-        ConfigError: ``precision`` is bf16 and ``device`` a CUDA device without it (key ``precision``).
-    """
-    import torch
-
-    if precision == "bf16" and device.type == "cuda":
-        _check(torch.cuda.is_bf16_supported(), "precision", precision,
-               f"fp32 or auto: {torch.cuda.get_device_name(device)} does not compute bf16")
+    check(ok, key, schedule, allowed)
 
 
 # Memory of one actor process, a lower bound used to refuse impossible sizes only. A Pong actor of
@@ -142,41 +68,41 @@ def _check_sizes(cfg: DictConfig, placement: Placement) -> None:
     """Refuse sizes that cannot run here before anything is allocated: more actor processes than
     the process limit or than memory holds, more slots than a slot queue holds."""
     limit = host.process_limit()
-    _check(placement.num_actors <= limit, "num_actors", placement.num_actors,
+    check(placement.num_actors <= limit, "num_actors", placement.num_actors,
            f"at most {limit} processes may be started here (RLIMIT_NPROC, /proc/sys/kernel/threads-max)")
     available = host.available_memory()
     need = placement.num_actors * ACTOR_PROCESS_BYTES
-    _check(need <= available, "num_actors", placement.num_actors,
+    check(need <= available, "num_actors", placement.num_actors,
            f"{placement.num_actors} actor processes need about {need / 2**30:.1f} GiB, more than the "
            f"{available / 2**30:.1f} GiB of memory available")
     most = max_indices()
-    _check(placement.num_storages <= most, "num_storages", placement.num_storages,
+    check(placement.num_storages <= most, "num_storages", placement.num_storages,
            f"at most {most} slots (a slot queue is a pipe of /proc/sys/fs/pipe-max-size bytes, 8 per slot)")
 
 
 def _validate_distributed(cfg: DictConfig, placement: Placement) -> None:
     dist = cfg.distributed
-    _positive_int(cfg, "distributed.nproc_per_node")
-    _positive_int(cfg, "distributed.check_interval")
-    _check(dist.backend in ("auto", "gloo", "nccl"), "distributed.backend", dist.backend, "auto, gloo or nccl")
-    _check(dist.timeout > 0, "distributed.timeout", dist.timeout, "a number of seconds > 0")
-    _check(dist.max_restarts >= 0, "distributed.max_restarts", dist.max_restarts, "an integer >= 0")
-    _check(dist.backend != "nccl" or placement.device.type == "cuda", "distributed.backend", dist.backend,
+    positive_int(cfg, "distributed.nproc_per_node")
+    positive_int(cfg, "distributed.check_interval")
+    check(dist.backend in ("auto", "gloo", "nccl"), "distributed.backend", dist.backend, "auto, gloo or nccl")
+    check(dist.timeout > 0, "distributed.timeout", dist.timeout, "a number of seconds > 0")
+    check(dist.max_restarts >= 0, "distributed.max_restarts", dist.max_restarts, "an integer >= 0")
+    check(dist.backend != "nccl" or placement.device.type == "cuda", "distributed.backend", dist.backend,
            "auto or gloo with a CPU learner (nccl moves CUDA tensors only)")
     if host.world_size(cfg) == 1:
         return
-    _check(cfg.num_learners == 1, "num_learners", cfg.num_learners,
+    check(cfg.num_learners == 1, "num_learners", cfg.num_learners,
            "1 with several ranks (each rank's one learner joins the gradient all-reduce)")
     if "WORLD_SIZE" in os.environ:  # under torchrun: this rank's share is checked by the rank itself
         return
     nproc = dist.nproc_per_node
     cores = host.cpu_count()
-    _check(nproc <= cores, "distributed.nproc_per_node", nproc,
+    check(nproc <= cores, "distributed.nproc_per_node", nproc,
            f"at most the {cores} cores this command may use (each rank needs a core of its own)")
     if placement.device.type == "cuda":
         import torch
 
-        _check(nproc <= torch.cuda.device_count(), "distributed.nproc_per_node", nproc,
+        check(nproc <= torch.cuda.device_count(), "distributed.nproc_per_node", nproc,
                f"at most one rank per GPU with device={cfg.device}: this machine has {torch.cuda.device_count()}")
 
 
@@ -216,14 +142,6 @@ def validate_config(cfg: DictConfig) -> Placement:
     return placement
 
 
-def env_spec_error(env_id: str, exc: Exception) -> ConfigError:
-    """The one-line error for an env :func:`distrl.envs.env_spec` could not probe: spaces distrl
-    cannot model (``SpaceError``), or an env that could not be created."""
-    if isinstance(exc, SpaceError):
-        return ConfigError(f"env.id={env_id!r} is not allowed: {exc}")
-    return env_creation_error(env_id, exc)
-
-
 def validate_with_spec(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> None:
     """Check what depends on the env's observations and actions (``spec``, probed once): the model's
     encoder, the intrinsic module, the slots' memory, and ``train.init_model_path``.
@@ -235,50 +153,50 @@ def validate_with_spec(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> 
     _validate_intrinsic(cfg, spec)
     _validate_slots_memory(cfg, placement, spec)
     path = cfg.train.init_model_path
-    _check(path is None or checkpoint_file(path).is_file(), "train.init_model_path", path,
+    check(path is None or checkpoint_file(path).is_file(), "train.init_model_path", path,
            "null, a checkpoint file, or a run directory with checkpoints/latest.pt")
 
 
 def _validate_logger(logger: DictConfig) -> None:
-    _check(logger.name in ("tensorboard", "wandb"), "logger", logger.name, "tensorboard, wandb")
+    check(logger.name in ("tensorboard", "wandb"), "logger", logger.name, "tensorboard, wandb")
     if logger.name == "wandb":
-        _check(logger.mode in (None, "online", "offline", "disabled"), "logger.mode", logger.mode,
+        check(logger.mode in (None, "online", "offline", "disabled"), "logger.mode", logger.mode,
                "null, online, offline, disabled")
         try:
             import wandb  # noqa: F401
         except ImportError:
-            _check(False, "logger", "wandb", "the wandb package is not installed (pip install wandb; make install "
+            check(False, "logger", "wandb", "the wandb package is not installed (pip install wandb; make install "
                    "installs it with the sweeps extra)")
 
 
 def _validate_run(cfg: DictConfig) -> None:
     """The top-level sizes and the ``train`` block."""
-    _auto_or_positive_int(cfg.num_actors, "num_actors")
-    _auto_or_positive_int(cfg.num_storages, "num_storages")
-    _auto_or_positive_int(cfg.learner_threads, "learner_threads")
-    _check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
-    _check(cfg.precision in PRECISIONS, "precision", cfg.precision, ", ".join(PRECISIONS))
-    _check(isinstance(cfg.objective, str) and bool(cfg.objective.strip()), "objective", cfg.objective,
+    auto_or_positive_int(cfg.num_actors, "num_actors")
+    auto_or_positive_int(cfg.num_storages, "num_storages")
+    auto_or_positive_int(cfg.learner_threads, "learner_threads")
+    check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
+    check(cfg.precision in PRECISIONS, "precision", cfg.precision, ", ".join(PRECISIONS))
+    check(isinstance(cfg.objective, str) and bool(cfg.objective.strip()), "objective", cfg.objective,
            "a key of metrics.jsonl, e.g. eval/mean_return or charts/episodic_return")
     _validate_logger(cfg.logger)
     for key in ("num_steps", "num_learners", "batch_size", "envs_per_actor",
                 "train.num_train_steps", "train.log_interval", "train.eval_interval",
                 "train.save_interval", "train.keep_checkpoints"):
-        _positive_int(cfg, key)
+        positive_int(cfg, key)
     value = cfg.train.num_eval_episodes
-    _check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
-    _positive_int(cfg, "train.max_nonfinite_updates")
+    check(value >= 0, "train.num_eval_episodes", value, "must be an integer >= 0")
+    positive_int(cfg, "train.max_nonfinite_updates")
     mode = cfg.train.compile_mode
-    _check(mode in COMPILE_MODES, "train.compile_mode", mode, ", ".join(COMPILE_MODES))
-    _check(mode == "default" or cfg.train.th_compile, "train.compile_mode", mode,
+    check(mode in COMPILE_MODES, "train.compile_mode", mode, ", ".join(COMPILE_MODES))
+    check(mode == "default" or cfg.train.th_compile, "train.compile_mode", mode,
            "default, unless train.th_compile=true (the mode is torch.compile's)")
     value = cfg.train.max_actor_restarts
-    _check(isinstance(value, int) and value >= 0, "train.max_actor_restarts", value, "must be an integer >= 0")
+    check(isinstance(value, int) and value >= 0, "train.max_actor_restarts", value, "must be an integer >= 0")
     for key in ("stall_timeout", "actor_restart_window"):
         value = cfg.train[key]
-        _check(value > 0 and math.isfinite(value), f"train.{key}", value, "a number of seconds > 0")
-    _check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
-    _check(cfg.resume is False or cfg.resume is None or isinstance(cfg.resume, str), "resume", cfg.resume,
+        check(value > 0 and math.isfinite(value), f"train.{key}", value, "a number of seconds > 0")
+    check(cfg.log_level in LOG_LEVELS, "log_level", cfg.log_level, ", ".join(LOG_LEVELS))
+    check(cfg.resume is False or cfg.resume is None or isinstance(cfg.resume, str), "resume", cfg.resume,
            "auto, false, or the path of a checkpoint or run directory")
 
 
@@ -288,7 +206,7 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     # fewer, async stepping (half the envs hand in slots at a time) or several learners (each
     # holding a partial batch) wait on each other forever.
     need = placement.stepping + cfg.batch_size * cfg.num_learners
-    _check(
+    check(
         placement.num_storages >= need, "num_storages", placement.num_storages,
         f"must be >= num_actors x envs_per_actor + batch_size x num_learners "
         f"({placement.stepping} + {cfg.batch_size} x {cfg.num_learners}): use at least {need}",
@@ -296,90 +214,90 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
 
 
 def _validate_agent(agent: DictConfig, batch_size: int) -> None:
-    _check(agent.name in AGENT_SCHEMAS, "agent", agent.name, ", ".join(AGENT_SCHEMAS))
-    _check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
-    _check(agent.estimator in ESTIMATORS, "agent.estimator", agent.estimator, ", ".join(ESTIMATORS))
+    check(agent.name in AGENT_SCHEMAS, "agent", agent.name, ", ".join(AGENT_SCHEMAS))
+    check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
+    check(agent.estimator in ESTIMATORS, "agent.estimator", agent.estimator, ", ".join(ESTIMATORS))
     _validate_schedule_points(agent.entropy_schedule)
     for key in ("lr", "eps", "rho_bar", "c_bar", "max_grad_norm"):
-        _check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
-    _check(0 < agent.trace_lambda <= 1, "agent.trace_lambda", agent.trace_lambda, "a number in (0, 1]")
+        check(agent[key] > 0, f"agent.{key}", agent[key], "must be > 0")
+    check(0 < agent.trace_lambda <= 1, "agent.trace_lambda", agent.trace_lambda, "a number in (0, 1]")
     for key in ("num_epochs", "num_minibatches"):
-        _check(isinstance(agent[key], int) and agent[key] > 0, f"agent.{key}", agent[key], "must be an integer >= 1")
-    _check(batch_size % agent.num_minibatches == 0, "agent.num_minibatches", agent.num_minibatches,
+        check(isinstance(agent[key], int) and agent[key] > 0, f"agent.{key}", agent[key], "must be an integer >= 1")
+    check(batch_size % agent.num_minibatches == 0, "agent.num_minibatches", agent.num_minibatches,
            f"must divide batch_size={batch_size} (a minibatch is whole unrolls)")
     if agent.name == "appo":
-        _check(agent.clip > 0, "agent.clip", agent.clip, "must be > 0")
-        _check(agent.value_clip is None or agent.value_clip > 0, "agent.value_clip", agent.value_clip,
+        check(agent.clip > 0, "agent.clip", agent.clip, "must be > 0")
+        check(agent.value_clip is None or agent.value_clip > 0, "agent.value_clip", agent.value_clip,
                "null or a number > 0")
-    _check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")
+    check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")
     for key in ("entropy_cost", "baseline_cost", "momentum"):
-        _check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")
-    _check(0 <= agent.discount <= 1, "agent.discount", agent.discount, "a number in [0, 1]")
-    _check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
-    _check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
+        check(agent[key] >= 0, f"agent.{key}", agent[key], "must be >= 0")
+    check(0 <= agent.discount <= 1, "agent.discount", agent.discount, "a number in [0, 1]")
+    check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
+    check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
            agent.reward_clip, "null or a number > 0")
-    _check(isinstance(agent.normalize_returns, bool), "agent.normalize_returns", agent.normalize_returns,
+    check(isinstance(agent.normalize_returns, bool), "agent.normalize_returns", agent.normalize_returns,
            "true or false")
 
 
 def _validate_model(cfg: DictConfig) -> None:
     """The model's keys (whether its encoder fits the env's observations: :func:`_validate_model_fits`)."""
     model = cfg.model
-    _check(model.encoder in ENCODERS, "model.encoder", model.encoder, ", ".join(ENCODERS))
-    _check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
-    _check(not (model.layer_norm and model.encoder == "impala_resnet"), "model.layer_norm", model.layer_norm,
+    check(model.encoder in ENCODERS, "model.encoder", model.encoder, ", ".join(ENCODERS))
+    check(model.init_fn in INIT_FNS, "model.init_fn", model.init_fn, ", ".join(INIT_FNS))
+    check(not (model.layer_norm and model.encoder == "impala_resnet"), "model.layer_norm", model.layer_norm,
            "true only with model.encoder nature_cnn, minigrid_cnn or mlp (impala_resnet has none)")
     for key in ("feature_dim", "hidden_dim"):
-        _positive_int(cfg, f"model.{key}")
-    _check(not (model.separate_critic and model.use_lstm), "model.separate_critic", model.separate_critic,
+        positive_int(cfg, f"model.{key}")
+    check(not (model.separate_critic and model.use_lstm), "model.separate_critic", model.separate_critic,
            "false with model.use_lstm=true (the critic's own encoder has no core)")
-    _check(-5.0 <= model.log_std_init <= 2.0, "model.log_std_init", model.log_std_init, "a number in [-5, 2]")
+    check(-5.0 <= model.log_std_init <= 2.0, "model.log_std_init", model.log_std_init, "a number in [-5, 2]")
 
 
 def _validate_model_fits(model: DictConfig, spec: EnvSpec) -> None:
     """Whether the model's encoder fits the env's observations."""
-    _check(
+    check(
         (model.encoder != "mlp") == spec.is_image, "model.encoder", model.encoder,
         "nature_cnn, impala_resnet or minigrid_cnn for image observations (env=atari, env=image_cue, env=minigrid), "
         "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
     )
-    _check(not (model.normalize_obs and spec.is_image), "model.normalize_obs", model.normalize_obs,
+    check(not (model.normalize_obs and spec.is_image), "model.normalize_obs", model.normalize_obs,
            "false for image observations (they are scaled to [0, 1] by the encoder)")
     if spec.is_image:
         side = min(spec.obs_shape[1:])
         fitting = [name for name, least in MIN_IMAGE_SIDE.items() if side >= least]
-        _check(side >= MIN_IMAGE_SIDE[model.encoder], "model.encoder", model.encoder,
+        check(side >= MIN_IMAGE_SIDE[model.encoder], "model.encoder", model.encoder,
                f"one that takes images of {side} pixels a side: {', '.join(fitting)}")
 
 
 def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
     """The ``intrinsic`` group, ``train.pretraining``, and whether a module's encoder fits the observations."""
     intrinsic = cfg.intrinsic
-    _check(intrinsic.name in NAMES, "intrinsic.name", intrinsic.name, ", ".join(NAMES))
-    _check(intrinsic.coef >= 0 and math.isfinite(intrinsic.coef), "intrinsic.coef", intrinsic.coef,
+    check(intrinsic.name in NAMES, "intrinsic.name", intrinsic.name, ", ".join(NAMES))
+    check(intrinsic.coef >= 0 and math.isfinite(intrinsic.coef), "intrinsic.coef", intrinsic.coef,
            "a number >= 0")
     _validate_schedule_points(intrinsic.coef_schedule, "intrinsic.coef_schedule", ("constant",), "intrinsic.coef")
     for key in ("embed_dim", "k", "memory"):
-        _positive_int(cfg, f"intrinsic.{key}")
-    _check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")
-    _check(intrinsic.ridge > 0 and math.isfinite(intrinsic.ridge), "intrinsic.ridge", intrinsic.ridge, "a number > 0")
-    _check(intrinsic.normalize in NORMALIZATIONS, "intrinsic.normalize", intrinsic.normalize,
+        positive_int(cfg, f"intrinsic.{key}")
+    check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")
+    check(intrinsic.ridge > 0 and math.isfinite(intrinsic.ridge), "intrinsic.ridge", intrinsic.ridge, "a number > 0")
+    check(intrinsic.normalize in NORMALIZATIONS, "intrinsic.normalize", intrinsic.normalize,
            " or ".join(NORMALIZATIONS))
-    _check(intrinsic.clip is None or (intrinsic.clip > 0 and math.isfinite(intrinsic.clip)), "intrinsic.clip",
+    check(intrinsic.clip is None or (intrinsic.clip > 0 and math.isfinite(intrinsic.clip)), "intrinsic.clip",
            intrinsic.clip, "null or a number > 0")
-    _check(not (intrinsic.obs_norm and intrinsic.name == "e3b"), "intrinsic.obs_norm", intrinsic.obs_norm,
+    check(not (intrinsic.obs_norm and intrinsic.name == "e3b"), "intrinsic.obs_norm", intrinsic.obs_norm,
            "false with e3b: its actors compute the bonus on the unstandardised inputs")
-    _check(intrinsic.name != "e3b" or spec.action_space.is_discrete, "intrinsic", intrinsic.name,
+    check(intrinsic.name != "e3b" or spec.action_space.is_discrete, "intrinsic", intrinsic.name,
            f"none, rnd or re3 for {spec.action_space.describe()} actions (e3b's inverse dynamics predicts one "
            f"discrete action)")
     if intrinsic.name == "re3":
         most = cfg.num_steps - 1
-        _check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,
+        check(intrinsic.k <= most, "intrinsic.k", intrinsic.k,
                f"at most num_steps - 1 = {most}: an env's first unroll's neighbours are its other observations")
-    _check(not cfg.train.pretraining or intrinsic.name != "none", "train.pretraining", cfg.train.pretraining,
+    check(not cfg.train.pretraining or intrinsic.name != "none", "train.pretraining", cfg.train.pretraining,
            "true needs an intrinsic reward to train on: add intrinsic=rnd, intrinsic=re3 or intrinsic=e3b")
     if intrinsic.name != "none":
-        _check(len(spec.obs_shape) in (1, 3), "intrinsic", intrinsic.name,
+        check(len(spec.obs_shape) in (1, 3), "intrinsic", intrinsic.name,
                f"none for observations of shape {tuple(spec.obs_shape)}: its encoders take [C, H, W] images "
                f"or flat vectors")
 
@@ -388,6 +306,6 @@ def _validate_slots_memory(cfg: DictConfig, placement: Placement, spec: EnvSpec)
     """The rollout slots must fit in the shared memory this machine has free."""
     nbytes = RolloutLayout.for_run(cfg, spec).nbytes(placement.num_storages)
     room = host.shared_memory_room()
-    _check(nbytes <= room, "num_storages", placement.num_storages,
+    check(nbytes <= room, "num_storages", placement.num_storages,
            f"the slots need {nbytes / 2**30:.1f} GiB of shared memory, more than the {room / 2**30:.1f} GiB "
            f"free here (/dev/shm, MemAvailable)")

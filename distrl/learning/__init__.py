@@ -4,11 +4,13 @@ update new weights for the actors. Read in this order:
 1. ``batches.py``  ``BatchSource.next``: B full slot indices from the full queue, copied into one
    ``[T+1, B]`` batch on the learner's device and freed (with ``train.prefetch``, one batch ahead
    in a thread of its own).
-2. ``learner.py``  ``Learner.update``: the running statistics updated from the batch, then
+2. ``thread.py``  ``run_learner_thread``: a learner thread's loop over 1 and 3 (and, with several
+   ranks, the exchanges between updates); ``LearnerStats`` what it reports.
+3. ``learner.py``  ``Learner.update``: the running statistics updated from the batch, then
    ``num_epochs x num_minibatches`` optimizer steps, each on the agent's loss of the network's
    outputs, then the weights published into the actors' copy
    (:meth:`distrl.nn.actor_learner.ActorLearner.publish`).
-3. ``losses/base.py``  ``AgentLoss``: the stored actions scored by the action distribution
+4. ``losses/base.py``  ``AgentLoss``: the stored actions scored by the action distribution
    (:mod:`distrl.nn.distributions`), the reward streams, the return estimator on each
    (``losses/returns.py``: V-trace, GAE; the recursion in ``losses/vtrace.py``) and the objective
    (``losses/appo.py``'s clipped surrogate, or ``losses/impala.py``'s policy gradient).

@@ -2,12 +2,14 @@
 
 - ``preflight.py``: before any process starts, the config checked and the env probed once
   (``validate``, ``compose_config``).
-- ``trainer.py``: ``Trainer`` builds the run (the network's two copies, the optimizer, the learner),
-  drives the schedule loop (log, evaluate, save when due) and shuts the run down; it holds its parts
-  and calls them:
-  ``checkpointer.py`` (``Checkpointer``: what a checkpoint holds, saving, resuming, best.pt),
-  ``reporter.py`` (``Reporter``: episodes, losses, timings, dormant units, evaluations to the
-  telemetry) and the supervisor's ``Watchdog`` (a run that consumes no agent step stops).
+- ``trainer.py``: ``Trainer`` builds the run (the network's two copies, the optimizer, the learner,
+  the ``Checkpointer`` of ``checkpointer.py``: what a checkpoint holds, saving, resuming, best.pt)
+  and serves the Python API (``train``, ``test``, ``save``, ``counters``).
+- ``session.py``: one ``train()`` call: ``Session`` starts the slots, actors and learner threads,
+  drives the schedule loop (log, evaluate, save when due) and shuts the run down, calling its parts:
+  the ``Reporter`` of ``reporter.py`` (episodes, losses, timings, dormant units, evaluations to the
+  telemetry), the supervisor's ``Watchdog`` (a run that consumes no agent step stops), the
+  checkpointer.
 - ``supervisor.py``: ``Workers`` starts, watches, restarts and stops the actor processes and the
   learner threads.
 - ``evaluator.py``: evaluation episodes, in a thread beside training or on demand.

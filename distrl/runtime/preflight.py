@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from distrl.config.checks import env_spec_error, validate_eval
 from distrl.config.compose import compose
 from distrl.config.schema import ConfigError
-from distrl.config.validation import (
-    Validated,
-    env_spec_error,
-    validate_config,
-    validate_eval,
-    validate_with_spec,
-)
+from distrl.config.validation import Validated, validate_config, validate_with_spec
 from distrl.envs import SpaceError, env_spec
 
 __all__ = ["ConfigError", "Validated", "compose_config", "validate"]
@@ -50,7 +45,7 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str
                    check: bool = True) -> DictConfig:
     """The config ``distrl train`` (or ``distrl eval``, ``config_name="eval"``) would run with these
     command-line overrides, composed by Hydra from ``conf/`` (:func:`distrl.config.compose.compose`)
-    and, if ``check``, validated (:func:`validate`, or :func:`distrl.config.validation.validate_eval`).
+    and, if ``check``, validated (:func:`validate`, or :func:`distrl.config.checks.validate_eval`).
 
     Example: ``compose_config(["experiment=cartpole", "train.num_train_steps=100000"])``.
 

@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 from distrl.config.placement import Placement
 from distrl.envs import EnvSpec
 from distrl.learning.distributed import Ranks
-from distrl.learning.learner import Learner, LearnerStats
+from distrl.learning.learner import Learner
+from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.dormant import dormant_fractions
 from distrl.runtime.evaluator import EvalResult

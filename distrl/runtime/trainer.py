@@ -1,5 +1,6 @@
-"""``Trainer``: builds a run, runs its schedule (log, evaluate, save) while the workers
-train, and shuts it down.
+"""``Trainer``: builds a run (the network's two copies, the optimizer, the learner, the
+checkpointer; resuming from a checkpoint) and trains it, one :class:`distrl.runtime.session.Session`
+per :meth:`Trainer.train` call.
 
 The trainer process holds the learner threads, the schedule loop and, while one runs, an
 evaluation thread (:class:`distrl.runtime.evaluator.Evaluations`); actor processes are started and
@@ -13,66 +14,53 @@ import copy
 import logging
 import os
 import random
-import signal
 import sys
 import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.config.validation import Validated
-from distrl.envs import env_seed, eval_seed
+from distrl.envs import eval_seed
 from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
-from distrl.learning.learner import Learner, LearnerStats, make_optimizer
-from distrl.learning.schedule import Every, Position, Schedule, Throughput
+from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.schedule import Position, Schedule
+from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
-from distrl.rollout import RolloutLayout
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
-from distrl.runtime.evaluator import EvalResult, Evaluations, evaluate
+from distrl.runtime.evaluator import EvalResult, evaluate
 from distrl.runtime.preflight import validate
-from distrl.runtime.reporter import DORMANT_LOG_INTERVALS, Reporter, announce, flatten
 from distrl.runtime.rundir import default_run_dir
+from distrl.runtime.session import Session
 from distrl.runtime.supervisor import (
     ActorFailure,
     LearnerFailure,
     RankLost,
     Stalled,
     TrainingError,
-    Watchdog,
-    Workers,
-    handling_signals,
 )
 from distrl.sampling import logs
-from distrl.sampling.actor import actor_contexts
-from distrl.sampling.slots import Channels, Slots
 from distrl.utils import checkpoint
 from distrl.utils.runlock import RunLock
-from distrl.utils.telemetry import NullTelemetry, Telemetry, WandbSink
 
 __all__ = ["ActorFailure", "Trainer", "LearnerFailure", "RankLost", "Stalled", "TrainingError"]
 
 log = logging.getLogger(__name__)
 
-TICK_SECONDS = 0.25
-
-# Set while a trainer of this process stops (from the first line of its shutdown to the next run):
-# a sweep job's interrupt watcher (distrl.cli.sweeps) stops signalling then.
-SHUTTING_DOWN = threading.Event()
-
 
 class Trainer:
     """Actor-learner training of one run (the agent's loss is ``cfg.agent``'s, :mod:`distrl.learning.losses`).
 
-    Hsuanwu's ``Trainer(cfgs, train_env, test_env)`` is
-    :class:`distrl.compat.hsuanwu.Trainer`, which builds this.
+    Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is
+    :class:`distrl.compat.hsuanwu.DistributedTrainer`, which builds this. :meth:`train` runs a
+    :class:`distrl.runtime.session.Session`; the trainer's parts are the network's two copies
+    (:class:`distrl.nn.actor_learner.ActorLearner`), the optimizer, the learner and the
+    :class:`distrl.runtime.checkpointer.Checkpointer`.
 
     Args:
         cfg: a train config (:func:`distrl.compose_config`, or Hydra's ``compose("train")`` after
@@ -83,7 +71,7 @@ class Trainer:
             e.g. in a log file, the periodic log lines stand in for it).
         ranks: this process's rank among several (:func:`distrl.learning.distributed.from_environment`);
             None: one rank. Rank 0 alone saves, evaluates and writes metrics.
-        validated: what :func:`distrl.config.validation.validate` returned for ``cfg`` (the command
+        validated: what :func:`distrl.runtime.preflight.validate` returned for ``cfg`` (the command
             validates first); None: ``cfg`` is validated here.
         eval_env: the ``env`` node evaluations use; None: ``cfg.env``.
         learner_class: builds the learner, with :class:`distrl.learning.learner.Learner`'s arguments
@@ -224,161 +212,9 @@ class Trainer:
             torch.set_num_threads(self.placement.learner_threads)
             try:
                 with logs.above_the_bar(self.progress):
-                    self._run()
+                    Session(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,
+                            self.intrinsic, self.checkpointer, self.ranks, self.run_dir, self.progress,
+                            self.eval_env, self.save_requested).run()
             finally:
                 torch.set_num_threads(threads_before)
         return self.counters
-
-    def _run(self) -> None:
-        cfg, p, train = self.cfg, self.placement, self.cfg.train
-        SHUTTING_DOWN.clear()
-        self.ranks.clear_stop()
-        announce(cfg, p, self.spec, self.policy, self.ranks, self.run_dir)
-        mp_context = mp.get_context("spawn")
-        slots = Slots(RolloutLayout.for_run(cfg, self.spec), self.num_slots, mp_context)
-        log.debug("slots: %d, %.1f MiB shared memory", self.num_slots, slots.nbytes() / 2**20)
-        hparams = flatten(OmegaConf.to_container(cfg, resolve=True))
-        hparams["distributed.world_size"] = self.ranks.world_size
-        self.telemetry = Telemetry(
-            self.run_dir, train.num_train_steps, self.position.agent_steps, self.spec.frameskip,
-            hparams=hparams, progress=self.progress, wandb=WandbSink.start(self.run_dir, cfg),
-        ) if self.ranks.is_main else NullTelemetry()
-        channels = Channels.create(slots, mp_context, p.num_actors, self.position.policy_version)
-        self.actor_logs = logs.ActorLogWriter(channels.log_queue, self.run_dir / "actors.log")
-        self.actor_logs.start()
-        first_actor = self.ranks.rank * p.num_actors
-        self.workers = Workers(
-            mp_context, slots, channels, self.learner, self.stats, max_restarts=train.max_actor_restarts,
-            restart_window=train.actor_restart_window,
-            reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
-                                                      p.num_actors * self.ranks.world_size))
-        self.reporter = Reporter(self.telemetry, channels, self.ranks, self.learner, self.stats, self.workers,
-                                 self.policy, self.spec.frameskip)
-        self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
-                                       p.actor_precision, bool(train.get("eval_deterministic", False)))
-        outcome = "failed"
-        try:
-            contexts = actor_contexts(cfg, p, self.policy.actor, slots, channels, first_actor=first_actor,
-                                      bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
-            self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.max_nonfinite_updates,
-                               cfg.distributed.check_interval, train.prefetch)
-            self._schedule()
-            outcome = "done"
-        except (KeyboardInterrupt, SystemExit) as stop:  # SystemExit: e.g. submitit's, at a SLURM time limit
-            outcome = "interrupted"
-            log.warning("%s: stopping actors and learners",
-                        "interrupted" if isinstance(stop, KeyboardInterrupt) else "exit requested")
-            raise
-        except ActorFailure:
-            outcome = "stopped after actor failures"
-            raise
-        except Stalled:
-            outcome = "stalled"
-            raise
-        except RankLost:
-            outcome = "stopped after a lost rank"  # its weights are intact: rank 0 saves them
-            raise
-        finally:
-            self._shutdown(outcome)
-
-    # ----------------------------------------------------------------- schedule
-    def _schedule(self) -> None:
-        """Every tick: check the workers, log episodes, and log, evaluate and save when due, until
-        the budget is consumed."""
-        train, reporter = self.cfg.train, self.reporter
-        recent_returns: deque[float] = deque(maxlen=100)
-        logs_due = Every(train.log_interval, self.position.agent_steps)
-        dormant_due = Every(DORMANT_LOG_INTERVALS * train.log_interval, self.position.agent_steps)
-        last_log = (time.perf_counter(), self.position.agent_steps, reporter.learner_time())
-        meter = Throughput(self.position.agent_steps)
-        watchdog = Watchdog(self.workers, train.stall_timeout, self.position.agent_steps)
-        while True:
-            self.workers.wait(TICK_SECONDS)
-            self.workers.check()
-            steps = self.position.agent_steps
-            watchdog.check(steps)
-            reporter.log_episodes(reporter.finished_episodes(), steps, recent_returns)
-            done = steps >= train.num_train_steps
-            if logs_due.due(steps) or done:
-                logs_due.ran(steps)
-                dormant = dormant_due.due(steps) or done
-                if dormant:
-                    dormant_due.ran(steps)
-                last_log = reporter.log_training(steps, last_log, recent_returns, dormant)
-            self._evaluate_when_due(steps, done)
-            if (self.checkpointer.saves.due(steps) or self.save_requested.is_set()) and not done:
-                self.save_requested.clear()
-                self.checkpointer.save_or_warn()
-            self.telemetry.progress(steps, meter.add(steps), recent_returns[-1] if recent_returns else None)
-            if done:
-                break
-            if self.ranks.group_stopped.is_set() and not self.ranks.stop_requested.is_set():
-                log.warning("rank %s was stopped: this rank stops with it", self.ranks.stopped_by)
-                raise KeyboardInterrupt
-        finished = self.evaluations.finished(wait=True)
-        if finished:
-            self._evaluated(*finished)
-
-    def _evaluate_when_due(self, steps: int, done: bool) -> None:
-        """Log an evaluation that finished; start the next one when it is due (rank 0, one at a time).
-        An evaluation counts as run (the checkpoint's ``last_eval_step``) once it finishes: one that a
-        stop cuts short is run again, at once, by the resumed run."""
-        finished = self.evaluations.finished()
-        if finished:
-            self._evaluated(*finished)
-        if (not self.evaluations.busy and self.cfg.train.num_eval_episodes > 0
-                and self.checkpointer.evals.due(steps) and not done and self.ranks.is_main):
-            self.evaluations.start(self.checkpointer.state(), steps)
-
-    def _evaluated(self, result: EvalResult, snapshot: dict, step: int) -> None:
-        """An evaluation of ``snapshot``'s weights (taken at ``step`` agent steps) finished: log it,
-        count it as run, keep a new best as best.pt."""
-        self.reporter.log_eval(result, step)
-        self.checkpointer.evaluated(step, snapshot, result.mean_return if result.returns else None)
-
-    # ----------------------------------------------------------------- shutdown
-    def _shutdown(self, outcome: str) -> None:
-        """Stop the workers and the evaluation, then save (and, after a finished run, evaluate the
-        final weights and save again); a second Ctrl-C or SIGTERM meanwhile is logged, nothing else."""
-        SHUTTING_DOWN.set()
-        failure = None
-        with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
-            self.evaluations.stop()
-            finish = 0.0
-            if self.ranks.enabled and outcome in ("done", "interrupted"):
-                # The ranks' learners stop together, after the same update and their last collectives
-                # (a rank that left one half done would make gloo abort the others): at the end of the
-                # budget by themselves, after an interrupt at the next episode exchange.
-                if outcome == "interrupted":
-                    self.ranks.stop_requested.set()
-                finish = self.ranks.timeout
-            free = self.workers.stop(learners_finish=finish)
-            if free != list(range(self.num_slots)):  # each slot index exactly once: none lost, none twice
-                log.warning("rollout slots at shutdown: %d of %d indices returned (%d distinct): a slot was lost "
-                            "or handed out twice", len(free), self.num_slots, len(set(free)))
-            self.actor_logs.stop()
-            # the other ranks' episodes of the learners' last exchange
-            self.reporter.log_episodes(list(self.ranks.incoming), self.position.agent_steps, deque())
-            self.ranks.incoming.clear()
-            try:
-                if outcome != "failed":  # after a learner error the optimizer state may be half-updated
-                    failure = self.checkpointer.save_or_warn()
-                if failure is None and outcome == "done" and self.cfg.train.num_eval_episodes > 0 \
-                        and self.ranks.is_main:
-                    step, snapshot = self.position.agent_steps, self.checkpointer.state()
-                    self._evaluated(*self.evaluations.run(snapshot, step), step)
-                    failure = self.checkpointer.save_or_warn()
-            finally:
-                self.telemetry.close()
-                self.workers.close()
-            position = self.position
-            log.info("training %s at %d agent steps (%d frames), %d updates", outcome, position.agent_steps,
-                     position.frames, position.updates)
-        if failure is not None and outcome == "done":
-            raise TrainingError(f"the final checkpoint could not be written in {self.run_dir / 'checkpoints'}: "
-                                f"{failure}")
-
-
-def _already_stopping(signum, frame) -> None:
-    """Signal handler during shutdown: a second Ctrl-C or SIGTERM is logged, nothing else."""
-    log.warning("%s: already stopping; the checkpoint is being written", signal.Signals(signum).name)
