@@ -29,8 +29,8 @@ from conftest import (
 
 from distrl.cli.evaluate import evaluation_precision
 from distrl.runtime.evaluator import Evaluations
+from distrl.runtime.loop import TrainingLoop
 from distrl.runtime.reporter import Reporter
-from distrl.runtime.session import Session
 from distrl.runtime.trainer import Trainer
 from distrl.utils.checkpoint import CheckpointError, load_checkpoint, save_best, save_checkpoint
 from distrl.utils.telemetry import NullTelemetry
@@ -221,25 +221,25 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     finishes."""
     cfg = compose_train([*TINY_CARTPOLE, "train.eval_interval=1000"])
     trainer = Trainer(cfg, tmp_path, progress=False)
-    session = Session(cfg, trainer.placement, trainer.spec, trainer.policy, trainer.learner, trainer.stats, None,
+    loop = TrainingLoop(cfg, trainer.placement, trainer.spec, trainer.policy, trainer.learner, trainer.stats, None,
                       trainer.checkpointer, trainer.ranks, tmp_path, False, cfg.env, trainer.save_requested)
     # log_eval's part of a reporter: no channels or workers (no actor runs here)
-    session.reporter = Reporter(NullTelemetry(), None, trainer.ranks, trainer.learner, trainer.stats, None,
+    loop.reporter = Reporter(NullTelemetry(), None, trainer.ranks, trainer.learner, trainer.stats, None,
                                 trainer.policy, 1)
-    session.evaluations = Evaluations(trainer.policy.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
-    session._evaluate_when_due(1000, done=False)
-    assert session.evaluations.busy and trainer.counters["last_eval_step"] == 0
-    session.evaluations.stop()  # as the shutdown does
+    loop.evaluations = Evaluations(trainer.policy.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
+    loop._evaluate_when_due(1000, done=False)
+    assert loop.evaluations.busy and trainer.counters["last_eval_step"] == 0
+    loop.evaluations.stop()  # as the shutdown does
     assert trainer.counters["last_eval_step"] == 0  # what the checkpoint saved after it records
     assert trainer.checkpointer.evals.due(1000)  # so a run resumed from it evaluates at its first tick
 
-    session.evaluations = Evaluations(trainer.policy.learner, cfg.env, 1, cfg.seed)
-    session._evaluate_when_due(1000, done=False)
-    session.evaluations.running.result()
-    session._evaluate_when_due(1500, done=False)  # logs it; the next one is due at 2000
-    assert trainer.counters["last_eval_step"] == 1000 and not session.evaluations.busy
+    loop.evaluations = Evaluations(trainer.policy.learner, cfg.env, 1, cfg.seed)
+    loop._evaluate_when_due(1000, done=False)
+    loop.evaluations.running.result()
+    loop._evaluate_when_due(1500, done=False)  # logs it; the next one is due at 2000
+    assert trainer.counters["last_eval_step"] == 1000 and not loop.evaluations.busy
     assert not trainer.checkpointer.evals.due(1999) and trainer.checkpointer.evals.due(2000)
-    session.evaluations.stop()
+    loop.evaluations.stop()
 
 
 def test_init_model_path_loads_weights_only(pong_run, tmp_path):

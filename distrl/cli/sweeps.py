@@ -75,7 +75,7 @@ class _InterruptWatcher(threading.Thread):
         self.mark, self.done = mark, threading.Event()
 
     def run(self) -> None:
-        from distrl.runtime.session import SHUTTING_DOWN
+        from distrl.runtime.loop import SHUTTING_DOWN
 
         while not self.done.wait(1.0):
             if self.mark.exists() and not SHUTTING_DOWN.is_set():

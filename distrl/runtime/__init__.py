@@ -5,7 +5,7 @@
 - ``trainer.py``: ``Trainer`` builds the run (the network's two copies, the optimizer, the learner,
   the ``Checkpointer`` of ``checkpointer.py``: what a checkpoint holds, saving, resuming, best.pt)
   and serves the Python API (``train``, ``test``, ``save``, ``counters``).
-- ``session.py``: one ``train()`` call: ``Session`` starts the slots, actors and learner threads,
+- ``loop.py``: one ``train()`` call: ``TrainingLoop`` starts the slots, actors and learner threads,
   drives the schedule loop (log, evaluate, save when due) and shuts the run down, calling its parts:
   the ``Reporter`` of ``reporter.py`` (episodes, losses, timings, dormant units, evaluations to the
   telemetry), the supervisor's ``Watchdog`` (a run that consumes no agent step stops), the

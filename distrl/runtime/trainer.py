@@ -1,5 +1,5 @@
 """``Trainer``: builds a run (the network's two copies, the optimizer, the learner, the
-checkpointer; resuming from a checkpoint) and trains it, one :class:`distrl.runtime.session.Session`
+checkpointer; resuming from a checkpoint) and trains it, one :class:`distrl.runtime.loop.TrainingLoop`
 per :meth:`Trainer.train` call.
 
 The trainer process holds the learner threads, the schedule loop and, while one runs, an
@@ -34,9 +34,9 @@ from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
 from distrl.runtime.evaluator import EvalResult, evaluate
+from distrl.runtime.loop import TrainingLoop
 from distrl.runtime.preflight import validate
 from distrl.runtime.rundir import default_run_dir
-from distrl.runtime.session import Session
 from distrl.runtime.supervisor import (
     ActorFailure,
     LearnerFailure,
@@ -58,7 +58,7 @@ class Trainer:
 
     Hsuanwu's ``DistributedTrainer(cfgs, train_env, test_env)`` is
     :class:`distrl.compat.hsuanwu.DistributedTrainer`, which builds this. :meth:`train` runs a
-    :class:`distrl.runtime.session.Session`; the trainer's parts are the network's two copies
+    :class:`distrl.runtime.loop.TrainingLoop`; the trainer's parts are the network's two copies
     (:class:`distrl.nn.actor_learner.ActorLearner`), the optimizer, the learner and the
     :class:`distrl.runtime.checkpointer.Checkpointer`.
 
@@ -212,7 +212,7 @@ class Trainer:
             torch.set_num_threads(self.placement.learner_threads)
             try:
                 with logs.above_the_bar(self.progress):
-                    Session(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,
+                    TrainingLoop(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,
                             self.intrinsic, self.checkpointer, self.ranks, self.run_dir, self.progress,
                             self.eval_env, self.save_requested).run()
             finally:

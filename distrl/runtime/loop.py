@@ -1,4 +1,4 @@
-"""One :meth:`distrl.runtime.trainer.Trainer.train` call, start to stop (:class:`Session`): the
+"""One :meth:`distrl.runtime.trainer.Trainer.train` call, start to stop (:class:`TrainingLoop`): the
 slots and the actor processes and learner threads started (:class:`distrl.runtime.supervisor.Workers`),
 the schedule loop (every tick: the workers checked, the episodes logged, and log, evaluate and save
 when due), and the shutdown (the workers and the evaluation stopped, a checkpoint, and after a
@@ -46,13 +46,13 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.25
 
-# Set while a session of this process stops (from the first line of its shutdown to the next run):
+# Set while a training loop of this process stops (from the first line of its shutdown to the next run):
 # a sweep job's interrupt watcher (distrl.cli.sweeps) stops signalling then.
 SHUTTING_DOWN = threading.Event()
 
 
-class Session:
-    """One training session of a run: the parts :class:`distrl.runtime.trainer.Trainer` built, run
+class TrainingLoop:
+    """One train() call of a run: the parts :class:`distrl.runtime.trainer.Trainer` built, run
     until the budget is consumed or a stop.
 
     Args:
