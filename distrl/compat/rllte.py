@@ -1,6 +1,7 @@
 """rllte's Python API: ``DistributedAgent`` and ``IMPALA`` (a distrl run configured from their
-arguments) and ``DistributedActorLearner`` (its constructor), thin layers over distrl's config and
-engine.
+arguments; a subclass's ``update`` and ``loss`` run in the learner through :class:`_AgentLearner`)
+and ``DistributedActorLearner`` (:mod:`distrl.compat.actor_learner`), thin layers over distrl's
+config and :class:`distrl.runtime.trainer.Trainer`.
 
 Each turns its arguments into distrl config keys (the table is docs/api.md: units, conversions and
 what is refused) and trains with :class:`distrl.runtime.trainer.Trainer`; nothing here

@@ -53,7 +53,7 @@ def make_optimizer(policy: ActorLearner, agent: DictConfig) -> torch.optim.Optim
 
 
 class Learner:
-    """Runs IMPALA updates on the learner copy and publishes weights to the actors.
+    """Runs the agent's updates on the learner copy and publishes the weights to the actors.
 
     Args:
         policy: the actor/learner pair; its learner copy is on ``device``.

@@ -1,5 +1,5 @@
 """Kill-safe queues and shared numbers between the trainer and its actor processes: the slot index
-queues of :class:`distrl.sampling.slots.RolloutStorage`, the episode, error and log queues, the stop
+queues of :class:`distrl.sampling.slots.Slots`, the episode, error and log queues, the stop
 flag, the policy version.
 
 ``multiprocessing.Queue`` is unsafe against ``SIGKILL``: a blocking ``get`` holds a lock for
