@@ -75,11 +75,10 @@ def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, s
     torch.set_num_threads(1)
     env = make_vector_env(OmegaConf.create(env_cfg), num_envs, num_threads=1)
     env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
-    n_actions = env.single_action_space.n
+    env.action_space.seed(seed)
 
-    def step() -> int:
-        env.step(rng.integers(0, n_actions, size=num_envs))
+    def step() -> int:  # random actions of the env's own space (Discrete, MultiDiscrete or Box)
+        env.step(env.action_space.sample())
         return num_envs
 
     out.put(_rate(step, warmup, seconds))
@@ -103,7 +102,9 @@ def _inference_worker(obs_shape, obs_dtype: str, action_space, model_cfg: dict, 
         obs = torch.randn(batch, *obs_shape)
     first = torch.zeros(batch, dtype=torch.bool)
     core = model.initial_state(batch)
-    last_action, last_reward = torch.zeros(batch, dtype=torch.int64), torch.zeros(batch)
+    space = model.action_space  # the previous action, of the space's shape and dtype
+    last_action = torch.zeros((batch, *space.action_shape), dtype=space.action_dtype)
+    last_reward = torch.zeros(batch)
 
     def step() -> int:
         with autocast(precision):
@@ -166,12 +167,12 @@ def bench_sampling(cfg, spec, args) -> float:
         p = ctx.Process(target=run_actor, args=(i, actx), daemon=True)
         p.start()
         procs.append(p)
-    slots, start, measuring = 0, time.perf_counter(), False
+    filled, start, measuring = 0, time.perf_counter(), False
     try:
         while True:
             now = time.perf_counter()
             if not measuring and now - start >= args.warmup + 10:  # + process start-up
-                measuring, slots, start = True, 0, now
+                measuring, filled, start = True, 0, now
             if measuring and now - start >= args.seconds:
                 break
             try:
@@ -179,13 +180,13 @@ def bench_sampling(cfg, spec, args) -> float:
             except queue.Empty:
                 continue
             slots.free_queue.put(index)
-            slots += 1
+            filled += 1
             while True:
                 try:
                     episodes.get_nowait()
                 except queue.Empty:
                     break
-        rate = slots * cfg.num_steps / (time.perf_counter() - start)
+        rate = filled * cfg.num_steps / (time.perf_counter() - start)
     finally:
         stop.set()
         for p in procs:
