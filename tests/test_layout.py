@@ -151,3 +151,14 @@ def test_the_config_layer_builds_no_env():
                     and ast.unparse(node.func.value) in ("gym", "gymnasium"):
                 found.append(f"{path.name}:{node.lineno} calls {ast.unparse(node.func)}")
     assert not found, found
+
+
+def test_the_wheel_lists_every_package_folder():
+    """pyproject.toml names the packages a wheel (and `make install`'s editable install) carries:
+    a folder of distrl/ missing from it, or a name left for a folder that moved, breaks the install."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    configs = {name for name in listed if name == "distrl.conf" or name.startswith("distrl.conf.")}
+    assert listed - configs == folders
