@@ -64,18 +64,16 @@ class VTrace:
         return Estimate(out.pg_advantages, out.vs)
 
 
-class GAE:
-    """GAE(``discount``, ``gae_lambda``) (module docstring); ``log_rhos`` are not used."""
+class GAE(VTrace):
+    """GAE(``discount``, ``gae_lambda``) (module docstring): V-trace's recursion with every ``rho`` = 1
+    and ``c_s = gae_lambda``; ``log_rhos`` are not used and the advantages are ``v_s - V(x_s)``."""
 
     def __init__(self, discount: float, gae_lambda: float):
-        self.traces = {"discount": discount, "rho_bar": 1.0, "c_bar": 1.0, "trace_lambda": gae_lambda}
+        super().__init__(discount, rho_bar=1.0, c_bar=1.0, trace_lambda=gae_lambda)
 
     def __call__(self, log_rhos: torch.Tensor, stream: Stream) -> Estimate:
-        out = vtrace.vtrace_with_episode_ends(
-            log_rhos=torch.zeros_like(log_rhos), rewards=stream.rewards, terminated=stream.terminated,
-            truncated=stream.truncated, values=stream.values, bootstrap_value=stream.bootstrap_value,
-            truncation_values=stream.truncation_values, **self.traces)
-        return Estimate(out.vs - stream.values.detach(), out.vs)
+        targets = super().__call__(torch.zeros_like(log_rhos), stream).targets
+        return Estimate(targets - stream.values.detach(), targets)
 
 
 def make_estimator(agent: DictConfig) -> VTrace | GAE:
