@@ -106,3 +106,51 @@ def test_the_loss_is_the_agents_own_by_name():
     loss = make_loss(cfg.agent, 2)
     assert isinstance(loss.objective, ClippedSurrogate) and isinstance(loss.estimator, VTrace)
     assert (loss.num_epochs, loss.num_minibatches) == (4, 4)
+
+
+def test_a_steps_minibatch_with_one_pass_is_the_unrolls_loss_on_the_same_batch():
+    """agent.minibatch=steps, one minibatch: the targets computed once before the step are those
+    the unrolls path computes on the whole batch, so the first step's losses agree (a mean over
+    the same T x B steps in another order)."""
+    batch_losses = []
+    for minibatch in ("unrolls", "steps"):
+        learner, policy = _appo([f"agent.minibatch={minibatch}", "agent.value_clip=0.05"])
+        batch = on_policy_batch(policy)
+        batch["baseline"] = batch["baseline"] + 0.3
+        batch_losses.append(learner.update(batch))
+    unrolls, steps = batch_losses
+    for key in ("total", "policy", "value", "entropy", "grad_norm"):
+        assert steps[key] == pytest.approx(unrolls[key], rel=1e-5, abs=1e-6), key
+
+
+def test_steps_minibatches_cover_every_step_once_an_epoch_on_targets_computed_once():
+    """agent.minibatch=steps, 2 epochs x T minibatches of B single steps each: every step
+    once per epoch, its advantage and value target those of the batch before the first step (they
+    do not move with the weights)."""
+    learner, policy = _appo(["agent.minibatch=steps", "agent.num_epochs=2", f"agent.num_minibatches={T}"])
+    batch = on_policy_batch(policy)
+    batch["obs"][..., 0] = torch.arange(T + 1, dtype=torch.float32)[:, None] * 10 + torch.arange(B)  # the step's id
+    seen = []
+    targets = learner.agent_loss.step_targets
+
+    def recording(minibatch, *args):
+        seen.append((minibatch["obs"][0, :, 0].clone(), minibatch["advantages"][0].clone()))
+        return targets(minibatch, *args)
+
+    learner.agent_loss.step_targets = recording
+    learner.update(batch)
+    assert len(seen) == 2 * T and all(ids.shape == (B,) for ids, _ in seen)
+    want = sorted(t * 10 + b for t in range(T) for b in range(B))
+    epochs = [{i: a for ids, adv in epoch for i, a in zip(ids.tolist(), adv.tolist(), strict=True)}
+              for epoch in (seen[:T], seen[T:])]
+    assert sorted(epochs[0]) == sorted(epochs[1]) == want and len(set(epochs[0].values())) > 1
+    assert epochs[0] == epochs[1]
+
+
+def test_steps_minibatches_are_refused_with_an_lstm_and_where_they_do_not_divide_the_batch():
+    from distrl.config.validation import validate_config
+    from distrl.config.schema import ConfigError
+    for overrides, key in ((["model.use_lstm=true"], "agent.minibatch"), (["agent.num_minibatches=7"], "agent.num_minibatches")):
+        cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.minibatch=steps", *overrides])
+        with pytest.raises(ConfigError, match=key):
+            validate_config(cfg)

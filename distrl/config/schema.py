@@ -22,6 +22,7 @@ class ConfigError(ValueError):
 
 
 ESTIMATORS = ("vtrace", "gae")  # agent.estimator (distrl/learning/losses/returns.py)
+MINIBATCHES = ("unrolls", "steps")  # agent.minibatch (distrl/learning/losses/base.py)
 
 
 @dataclass
@@ -78,7 +79,10 @@ class AgentConfig:
     trace_lambda: float = MISSING  # V-trace's c_s = lambda min(c_bar, rho_s), in (0, 1]; GAE's lambda
     max_grad_norm: float = MISSING
     num_epochs: int = MISSING  # passes over each batch
-    num_minibatches: int = MISSING  # minibatches of whole unrolls each pass splits the batch into
+    num_minibatches: int = MISSING  # minibatches each pass splits the batch into
+    # unrolls: whole unrolls, the targets recomputed on each; steps: single steps drawn at random,
+    # on targets computed once per batch (distrl/learning/losses/base.py)
+    minibatch: str = MISSING
     normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each (mini)batch
     # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)

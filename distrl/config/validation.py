@@ -27,7 +27,7 @@ from distrl.config.checks import (
 )
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
-from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, TrainConfig, check_keys
+from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, MINIBATCHES, TrainConfig, check_keys
 from distrl.envs import EnvSpec
 from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE
@@ -137,7 +137,7 @@ def validate_config(cfg: DictConfig) -> Placement:
     validate_bf16_device(cfg.precision, placement.device)
     _validate_sizes(cfg, placement)
     _validate_distributed(cfg, placement)
-    _validate_agent(cfg.agent, cfg.batch_size)
+    _validate_agent(cfg.agent, cfg.batch_size, cfg.num_steps, cfg.model.use_lstm)
     _validate_model(cfg)
     return placement
 
@@ -213,7 +213,7 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     )
 
 
-def _validate_agent(agent: DictConfig, batch_size: int) -> None:
+def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm: bool) -> None:
     check(agent.name in AGENT_SCHEMAS, "agent", agent.name, ", ".join(AGENT_SCHEMAS))
     check(agent.optimizer in OPTIMIZERS, "agent.optimizer", agent.optimizer, ", ".join(OPTIMIZERS))
     check(agent.estimator in ESTIMATORS, "agent.estimator", agent.estimator, ", ".join(ESTIMATORS))
@@ -223,8 +223,15 @@ def _validate_agent(agent: DictConfig, batch_size: int) -> None:
     check(0 < agent.trace_lambda <= 1, "agent.trace_lambda", agent.trace_lambda, "a number in (0, 1]")
     for key in ("num_epochs", "num_minibatches"):
         check(isinstance(agent[key], int) and agent[key] > 0, f"agent.{key}", agent[key], "must be an integer >= 1")
-    check(batch_size % agent.num_minibatches == 0, "agent.num_minibatches", agent.num_minibatches,
-           f"must divide batch_size={batch_size} (a minibatch is whole unrolls)")
+    check(agent.minibatch in MINIBATCHES, "agent.minibatch", agent.minibatch, ", ".join(MINIBATCHES))
+    if agent.minibatch == "unrolls":
+        check(batch_size % agent.num_minibatches == 0, "agent.num_minibatches", agent.num_minibatches,
+               f"must divide batch_size={batch_size} (a minibatch is whole unrolls)")
+    else:
+        check(not use_lstm, "agent.minibatch", agent.minibatch,
+               "unrolls with model.use_lstm=true (the LSTM core needs whole unrolls)")
+        check(num_steps * batch_size % agent.num_minibatches == 0, "agent.num_minibatches", agent.num_minibatches,
+               f"must divide num_steps x batch_size = {num_steps * batch_size} (agent.minibatch=steps)")
     if agent.name == "appo":
         check(agent.clip > 0, "agent.clip", agent.clip, "must be > 0")
         check(agent.value_clip is None or agent.value_clip > 0, "agent.value_clip", agent.value_clip,

@@ -4,9 +4,10 @@
 A learner thread loops over :meth:`distrl.learning.batches.BatchSource.next` (B full slots copied
 into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
 the update) and :meth:`Learner.update`: ``agent.num_epochs`` passes over the batch, each in
-``agent.num_minibatches`` minibatches of whole unrolls, one optimizer step per minibatch on the
-agent's loss (:mod:`distrl.learning.losses`: IMPALA's policy gradient or APPO's clipped surrogate, on the
-targets of the return estimator, V-trace by default, computed with the network of that step), then
+``agent.num_minibatches`` minibatches (of whole unrolls, or with ``agent.minibatch=steps`` of single
+steps), one optimizer step per minibatch on the agent's loss (:mod:`distrl.learning.losses`: IMPALA's
+policy gradient or APPO's clipped surrogate, on the targets of the return estimator, V-trace by
+default, computed with the network of that step, or with ``steps`` once per batch), then
 the new weights published into the actors' copy. With an intrinsic reward (:mod:`distrl.intrinsic`)
 its rewards are computed once per batch and its module trained after the optimizer steps. The
 learning rate, the entropy cost and the intrinsic reward's weight of each update come from
@@ -171,6 +172,10 @@ class Learner:
                 batch = {**batch, "intrinsic_reward": normalised}
                 intrinsic = {"intrinsic_reward_raw": raw.mean().item(), "intrinsic_reward": normalised.mean().item(),
                              "intrinsic_coef": position.intrinsic_coef}
+            if self.agent_loss.minibatch == "steps":  # the targets once, with the weights of now
+                with torch.no_grad():
+                    params, values = self._forward(batch)
+                batch = {**batch, **self.agent_loss.batch_targets(batch, params, values, position.intrinsic_coef)}
             plan = (minibatch for _ in range(self.agent_loss.num_epochs)
                     for minibatch in self.agent_loss.minibatches(batch, self.generator))
             for step, minibatch in enumerate(plan):
@@ -215,11 +220,17 @@ class Learner:
     def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
                       intrinsic_coef: float | torch.Tensor) -> LossTerms:
         """:meth:`loss` uncompiled; the two coefficients as floats or 0-d tensors (:meth:`_compiled_loss`)."""
+        params, values = self._forward(batch)
+        return self.agent_loss(batch, params, values, entropy_cost, intrinsic_coef)
+
+    def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The learner network on every row of ``batch`` (``[T+1, B]``, or a ``[1, n]`` minibatch of
+        steps): its policy parameters and values, with the run's precision."""
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         with autocast(self.precision, self.device):
-            params, values, _ = self.policy.learner(batch["obs"], batch["first"], core,  # all T+1 rows
+            params, values, _ = self.policy.learner(batch["obs"], batch["first"], core,
                                                     batch.get("last_action"), batch.get("last_reward"))
-        return self.agent_loss(batch, params, values, entropy_cost, intrinsic_coef)
+        return params, values
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
                         stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[dict[str, float], bool]:

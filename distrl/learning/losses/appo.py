@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from distrl.learning.losses import vtrace
-from distrl.learning.losses.base import STEPS, LossTerms, Targets
+from distrl.learning.losses.base import LossTerms, Targets
 
 
 def clipped_surrogate_loss(log_ratios: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
@@ -83,8 +83,7 @@ class ClippedSurrogate:
 
     def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms:
         pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, self.clip)
-        old_values = batch["baseline"][STEPS]
-        value_loss = clipped_value_loss(targets.values[0], old_values, targets.vs[0], self.value_clip)
+        value_loss = clipped_value_loss(targets.values[0], targets.old_values, targets.vs[0], self.value_clip)
         for v, vs in zip(targets.values[1:], targets.vs[1:], strict=True):  # the intrinsic head
             value_loss = value_loss + vtrace.baseline_loss(vs - v)
         entropy_loss = -targets.entropy.mean()

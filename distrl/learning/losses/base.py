@@ -32,7 +32,9 @@ from omegaconf import DictConfig, OmegaConf
 from distrl.learning.losses import vtrace
 from distrl.learning.losses.returns import GAE, Stream, VTrace, make_estimator
 from distrl.nn.distributions import ActionSpace
-from distrl.rollout import BOOTSTRAP, STEPS
+from distrl.rollout import ACTED_KEYS, BOOTSTRAP, STEPPED_KEYS, STEPS
+
+BATCH_TARGETS = ("advantages", "value_targets")  # the keys agent.minibatch=steps adds to a batch
 
 
 class LossTerms(NamedTuple):
@@ -60,7 +62,8 @@ class Targets(NamedTuple):
     dimensions) with gradient; ``advantages``: ``[T, B]`` the policy
     gradient's advantages (no gradient); ``values``: per value head, ``V(x_t)`` ``[T, B]`` with
     gradient; ``vs``: per value head, the estimator's value targets ``[T, B]`` (no gradient). The heads
-    are the extrinsic one, then with an intrinsic value head the intrinsic one.
+    are the extrinsic one, then with an intrinsic value head the intrinsic one; ``old_values``:
+    ``[T, B]`` the behaviour policy's extrinsic value ``V_old(x_t)`` the actor stored (no gradient).
     """
 
     log_rhos: torch.Tensor
@@ -69,6 +72,7 @@ class Targets(NamedTuple):
     advantages: torch.Tensor
     values: list[torch.Tensor]
     vs: list[torch.Tensor]
+    old_values: torch.Tensor
 
 
 class Objective(Protocol):
@@ -96,7 +100,11 @@ class AgentLoss:
         agent: the node's values, read once into plain Python values (``agent.clip`` as on the node),
             so that ``torch.compile`` traces the loss without stepping into OmegaConf.
         num_epochs: passes over each batch.
-        num_minibatches: minibatches each pass splits the batch into (along B, whole unrolls).
+        num_minibatches: minibatches each pass splits the batch into.
+        minibatch: what a minibatch holds (``agent.minibatch``): ``unrolls``, whole unrolls, the
+            estimator run on each minibatch with the network of that optimizer step; ``steps``,
+            single steps drawn at random from the batch's ``T x B``, on targets the estimator gave
+            once per batch (:meth:`batch_targets`), as PPO computes GAE once per rollout.
     """
 
     def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
@@ -109,13 +117,20 @@ class AgentLoss:
         self.num_epochs = int(agent.num_epochs)
         self.num_minibatches = int(agent.get("num_minibatches", 1))
         self.normalize_advantages = bool(agent.normalize_advantages)
+        self.minibatch = agent.get("minibatch", "unrolls")
 
     def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                  entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
         """The loss of one optimizer step: ``params [T+1, B, P]`` (the policy parameters) and ``values``
         (``[T+1, B]``, or ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row
         of ``batch``.
-        Returns :class:`LossTerms`, scalar tensors averaged over the ``T x B`` steps."""
+        Returns :class:`LossTerms`, scalar tensors averaged over the ``T x B`` steps.
+
+        A minibatch of steps (``agent.minibatch=steps``: ``[1, n]`` rows carrying
+        :data:`BATCH_TARGETS`) is scored by :meth:`step_targets` instead, ``params [1, n, P]`` and
+        ``values [1, n]`` (or ``[1, n, 2]``) on its rows."""
+        if BATCH_TARGETS[0] in batch:
+            return self.objective(batch, self.step_targets(batch, params, values), entropy_cost)
         return self.objective(batch, self.targets(batch, params, values, intrinsic_coef), entropy_cost)
 
     def streams(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
@@ -153,11 +168,11 @@ class AgentLoss:
         return streams
 
     def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                intrinsic_coef: float = 0.0) -> Targets:
+                intrinsic_coef: float = 0.0, standardise: bool = True) -> Targets:
         """The estimator on each of :meth:`streams` with the current network's policy parameters
         ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``), the advantages summed
         with the streams' weights (``A_ext + intrinsic_coef x A_int``) and, with
-        ``agent.normalize_advantages``, standardised over the batch given.
+        ``agent.normalize_advantages`` and ``standardise``, standardised over the batch given.
 
         The log importance weights are the difference of the current and the behaviour
         distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
@@ -173,15 +188,52 @@ class AgentLoss:
             advantages = estimate.advantages if advantages is None else advantages + weight * estimate.advantages
             heads.append(stream.values)
             vs.append(estimate.targets)
+        if self.normalize_advantages and standardise:
+            advantages = vtrace.standardise(advantages)
+        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs, batch["baseline"][STEPS])
+
+    def batch_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
+                      intrinsic_coef: float = 0.0) -> dict[str, torch.Tensor]:
+        """The targets of a whole ``[T+1, B]`` batch, computed once before the epochs
+        (``agent.minibatch=steps``): :meth:`targets` with the network's ``params [T+1, B, P]`` and
+        ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``) at the start of the update, without gradient and
+        not standardised (each minibatch standardises its own).
+
+        Returns:
+            ``{"advantages": [T, B], "value_targets": [T, B, H]}`` float32, H the value heads.
+        """
+        with torch.no_grad():
+            targets = self.targets(batch, params.float(), values.float(), intrinsic_coef, standardise=False)
+        return {"advantages": targets.advantages, "value_targets": torch.stack(targets.vs, dim=-1)}
+
+    def step_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor) -> Targets:
+        """:class:`Targets` of a minibatch of steps (:meth:`minibatches` with ``agent.minibatch=steps``):
+        every tensor ``[1, n, ...]``, every row a step; the advantages and value targets are the
+        batch's (:meth:`batch_targets`), standardised over the minibatch with
+        ``agent.normalize_advantages``; the log importance weights, log-probabilities, entropy and
+        values those of the network given (``params [1, n, P]``, ``values [1, n]`` or ``[1, n, 2]``)."""
+        actions = batch["action"]
+        policy = self.action_space.distribution(params)
+        log_probs = policy.log_prob(actions)
+        log_rhos = log_probs - self.action_space.distribution(batch["policy_params"]).log_prob(actions)
+        heads = list(values.unbind(-1)) if values.dim() == 3 else [values]
+        advantages = batch["advantages"]
         if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
-        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs)
+        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads,
+                       list(batch["value_targets"].unbind(-1)), batch["baseline"])
 
     def minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
                     ) -> list[dict[str, torch.Tensor]]:
-        """``batch`` split into :attr:`num_minibatches` minibatches of whole unrolls: a random
-        permutation of the ``B`` columns cut into equal parts (validation makes them divide ``B``).
-        One minibatch is the batch itself."""
+        """``batch`` split into :attr:`num_minibatches` minibatches.
+
+        ``unrolls``: of whole unrolls, a random permutation of the ``B`` columns cut into equal parts
+        (validation makes them divide ``B``); one minibatch is the batch itself. ``steps``: ``batch``
+        carries :data:`BATCH_TARGETS`; its ``T x B`` steps (rows ``0..T-1`` of every per-step key,
+        the slots' own keys left out) in a random permutation cut into equal parts (validation makes
+        them divide ``T x B``), each a ``[1, n]`` minibatch whose rows are steps."""
+        if self.minibatch == "steps":
+            return self._step_minibatches(batch, generator)
         if self.num_minibatches == 1:
             return [batch]
         size = batch["action"].shape[1]
@@ -190,4 +242,19 @@ class AgentLoss:
         # [T, B] intrinsic rewards, the [1, B, H] LSTM state)
         return [{key: value.index_select(0 if value.dim() == 1 else 1, part.to(value.device))
                  for key, value in batch.items()}
+                for part in order.chunk(self.num_minibatches)]
+
+    def _step_minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None
+                          ) -> list[dict[str, torch.Tensor]]:
+        """:meth:`minibatches` of single steps (``agent.minibatch=steps``)."""
+        steps = batch["action"].shape[0] - 1
+        flat = {}
+        for key, value in batch.items():
+            if key in ACTED_KEYS or key in STEPPED_KEYS:
+                value = value[STEPS]
+            elif not (key in BATCH_TARGETS or key == "intrinsic_reward"):
+                continue  # one value per slot (policy_version, env_id): no step's
+            flat[key] = value.reshape(steps * value.shape[1], *value.shape[2:])
+        order = torch.randperm(steps * batch["action"].shape[1], generator=generator)
+        return [{key: value.index_select(0, part.to(value.device)).unsqueeze(0) for key, value in flat.items()}
                 for part in order.chunk(self.num_minibatches)]
