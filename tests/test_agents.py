@@ -148,9 +148,10 @@ def test_steps_minibatches_cover_every_step_once_an_epoch_on_targets_computed_on
 
 
 def test_steps_minibatches_are_refused_with_an_lstm_and_where_they_do_not_divide_the_batch():
-    from distrl.config.validation import validate_config
     from distrl.config.schema import ConfigError
-    for overrides, key in ((["model.use_lstm=true"], "agent.minibatch"), (["agent.num_minibatches=7"], "agent.num_minibatches")):
+    from distrl.config.validation import validate_config
+    refusals = ((["model.use_lstm=true"], "agent.minibatch"), (["agent.num_minibatches=7"], "agent.num_minibatches"))
+    for overrides, key in refusals:
         cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.minibatch=steps", *overrides])
         with pytest.raises(ConfigError, match=key):
             validate_config(cfg)
