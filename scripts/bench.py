@@ -15,7 +15,8 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
   L  learning: learner updates on full storages with no actors running (T x B per update;
      with train.prefetch=true the next batch is copied beside each update);
   T  end to end: the real ``distrl train`` command (agent steps/s and frames/s), with
-     its peak memory (sum of PSS over the process tree) and mean policy lag. With
+     its peak memory (sum of PSS over the process tree), mean policy lag and the cores busy
+     over the measured part: the actor processes' together, the trainer process's (learners). With
      ``--ranks 1 2 4``: T with each number of ranks (``distributed.nproc_per_node``, the
      machine's cores split among them), T_N, and the scaling efficiency T_N / (N x T_1).
 
@@ -305,7 +306,7 @@ def bench_end_to_end(overrides: list[str], spec, args) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, text=True)
     peak_pss, start = 0, time.time()
     metrics = run_dir / "metrics.jsonl"
-    warm_at = None
+    warm_at = cpu_start = cpu_end = None
     while proc.poll() is None:
         try:
             tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
@@ -320,7 +321,10 @@ def bench_end_to_end(overrides: list[str], spec, args) -> dict:
             break
         if warm_at is None and metrics.exists() and "losses/total" in metrics.read_text():
             warm_at = time.time() + args.warmup
+        if warm_at is not None and cpu_start is None and time.time() >= warm_at:
+            cpu_start = (time.time(), *_cpu_seconds(proc.pid))
         if warm_at is not None and time.time() >= warm_at + args.seconds:
+            cpu_end = (time.time(), *_cpu_seconds(proc.pid))
             os.killpg(proc.pid, signal.SIGINT)
             break
         if time.time() - start > args.warmup + args.seconds + 300:
@@ -335,8 +339,26 @@ def bench_end_to_end(overrides: list[str], spec, args) -> dict:
                            f"a longer --seconds; stderr:\n{err[-2000:]}")
     sps = (logs[-1]["agent_steps"] - logs[0]["agent_steps"]) / (logs[-1]["time"] - logs[0]["time"])
     lag = float(np.mean([r["charts/policy_lag"] for r in logs]))
+    shares = {}
+    if cpu_start is not None and cpu_end is not None:  # cores busy over the measured part
+        wall = cpu_end[0] - cpu_start[0]
+        shares = {"trainer_cores": (cpu_end[1] - cpu_start[1]) / wall,
+                  "actor_cores": (cpu_end[2] - cpu_start[2]) / wall}
     return {"T": sps, "T_frames": sps * spec.frameskip, "peak_pss_gib": peak_pss / 2**30, "policy_lag": lag,
-            "run_dir": str(run_dir)}
+            "run_dir": str(run_dir), **shares}
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) so far of the trainer process ``pid`` (its learner threads, batch
+    copies, logging) and of its child processes together (the actors; their env threads included)."""
+    def seconds(p: psutil.Process) -> float:
+        try:
+            times = p.cpu_times()
+            return times.user + times.system
+        except psutil.NoSuchProcess:
+            return 0.0
+    trainer = psutil.Process(pid)
+    return seconds(trainer), sum(seconds(child) for child in trainer.children(recursive=True))
 
 
 def main() -> None:
@@ -441,7 +463,8 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
         if name in extras:  # the T round nearest the median
             end = min(extras[name], key=lambda e: abs(e["T"] - value))
             extra = {"frames_per_s": round(value * end["T_frames"] / end["T"], 1),
-                     "peak_pss_gib": round(end["peak_pss_gib"], 2), "policy_lag": round(end["policy_lag"], 2)}
+                     "peak_pss_gib": round(end["peak_pss_gib"], 2), "policy_lag": round(end["policy_lag"], 2),
+                     **{k: round(end[k], 2) for k in ("trainer_cores", "actor_cores") if k in end}}
         print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), "precision": precision,
                           "rounds": [round(v, 1) for v in rounds[name]], **extra}), flush=True)
     rows = [(k, f"{v:,.0f}") for k, v in figures.items()]
@@ -463,6 +486,10 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
             rows.append((f"limit ({cores} cores x P)", f"{cores * p:,.0f}"))
             if "T" in figures:
                 rows.append(("T/limit", f"{figures['T'] / (cores * p):.2f}"))
+    if "T" in extras:  # where the cores went during T (the round nearest the median)
+        end = min(extras["T"], key=lambda e: abs(e["T"] - figures["T"]))
+        if "actor_cores" in end:
+            rows.append(("cores busy: actors, trainer", f"{end['actor_cores']:.2f}, {end['trainer_cores']:.2f}"))
     print(json.dumps({"summary": {k: v for k, v in rows}, "precision": precision}), flush=True)
     return rows
 

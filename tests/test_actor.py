@@ -116,3 +116,49 @@ def test_slots_hold_contiguous_trajectories(overrides):
             assert torch.equal(earlier["policy_params"][T], slot["policy_params"][0])
         previous[env] = slot
     assert sorted(previous) == list(range(N_ENVS))
+
+
+def test_an_actor_without_a_free_slot_says_it_waits_and_the_learner_takes_its_core_then():
+    """The actor sets its ``waiting`` flag while no slot is free and clears it once one is; the
+    learner's thread rule (:class:`LearnerThreads`) gives the idle count only while every actor
+    waits."""
+    from distrl.learning.thread import LearnerThreads
+
+    cfg = compose_train(["experiment=cartpole", f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1"])
+    spec = env_spec(cfg.env)
+    policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model)
+    policy.share_actor()
+    ctx = mp.get_context("spawn")
+    pool = Slots(RolloutLayout.for_run(cfg, spec), 2 * N_ENVS, ctx)
+    channels = Channels.create(pool, ctx, 1)
+    actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
+    actor_ctx.parent_pid = os.getppid()
+    threads = LearnerThreads(channels.waiting, base=1, idle=2)
+    assert threads() == 1 and channels.waiting.tolist() == [0]
+    errors: list[BaseException] = []
+
+    def run():
+        try:
+            act(0, actor_ctx, [])
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def until(condition, what):
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert not errors and time.monotonic() < deadline, f"{what}: {errors}"
+            time.sleep(0.01)
+
+    until(lambda: channels.waiting[0] == 1, "the actor never waited")  # every slot filled
+    assert threads() == 2 and pool.full_queue.qsize() == 2 * N_ENVS and pool.free_queue.qsize() == 0
+    for _ in range(N_ENVS):
+        pool.free_queue.put(pool.full_queue.get(timeout=1))  # a learner frees them
+    until(lambda: pool.full_queue.qsize() == 2 * N_ENVS and channels.waiting[0] == 1, "the freed slots were not taken")
+    channels.stop_event.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and [type(e).__name__ for e in errors] == ["Stopped"]
+    assert channels.waiting.tolist() == [0]  # cleared on the way out
+    assert threads.steps == [1, 1]
