@@ -4,7 +4,10 @@ Sample Factory's asynchronous PPO with ``with_vtrace=True`` (Petrenko et al. 202
 ``_calculate_losses``): the learner makes ``num_epochs`` passes over each batch, each in
 ``num_minibatches`` minibatches of whole unrolls, and recomputes V-trace on every minibatch with
 the network of that moment (:meth:`distrl.learning.losses.base.AgentLoss.targets`), so that the targets
-follow the policy as it moves within the batch. On one minibatch, averaged over its steps:
+follow the policy as it moves within the batch; with ``agent.minibatch=steps`` the minibatches are
+single steps and the targets those of the batch at the update's start, as PPO's GAE once per
+rollout (:meth:`distrl.learning.losses.base.AgentLoss.batch_targets`). On one minibatch, averaged
+over its steps:
 
 - the clipped surrogate (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7)
   ``-mean min(r_t A_t, clip(r_t, 1 - clip, 1 + clip) A_t)``, where ``r_t = pi(a_t|x_t) / mu(a_t|x_t)``
