@@ -21,8 +21,8 @@ is printed as one JSON line; a summary table follows. Figures, in agent steps/s:
      machine's cores split among them), T_N, and the scaling efficiency T_N / (N x T_1).
 
 With ``--precisions fp32 bf16`` every figure is measured with each ``precision``, the two
-interleaved in every round (``--repeats``), and the ratios follow; ``--variants 'A=1' 'A=2 B=3'``
-does the same for any sets of overrides.
+interleaved in every round (``--repeats``), and the ratios follow; ``--variant 'A=1' --variant
+'A=2 B=3'`` does the same for any sets of overrides.
 
 Limit model: an agent step costs 1/E + 1/I + 1/L core-seconds, so P = 1 / (1/E + 1/I + 1/L) is what
 one core allows and the limit of a run is its cores (actors + learner threads) x P; P_S =
@@ -380,13 +380,13 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", choices=["auto", "fp32", "bf16"],
                         help="measure every figure with each precision, back to back (e.g. fp32 bf16); "
                              "default: the precision= override, else auto")
-    parser.add_argument("--variants", nargs="+", metavar="OVERRIDES",
-                        help="measure every figure with each of these sets of overrides added (one quoted "
-                             "string each, e.g. 'learner_threads=1' 'learner_threads=auto'), interleaved "
-                             "in every round as --precisions are; not with --precisions")
+    parser.add_argument("--variant", dest="variants", action="append", metavar="OVERRIDES",
+                        help="a set of overrides (one quoted string) added to the others; with several, every "
+                             "figure is measured with each, interleaved in every round as --precisions are "
+                             "(e.g. --variant learner_threads=1 --variant learner_threads=2); not with --precisions")
     args, overrides = parser.parse_known_args()
     if args.variants and args.precisions:
-        parser.error("--variants and --precisions: give one of them")
+        parser.error("--variant and --precisions: give one of them")
     asked = [o.split("=", 1)[1] for o in overrides if o.startswith("precision=")]
     if asked and args.precisions:
         parser.error(f"precision={asked[-1]} and --precisions {' '.join(args.precisions)}: give one of them")
@@ -423,7 +423,7 @@ def main() -> None:
 
 def _measure(args, overrides_by_precision: dict[str, list[str]], spec) -> list[tuple[str, list[tuple[str, str]]]]:
     """Every figure of ``args.only`` for each setup's overrides (keyed by its precision, or by its
-    ``--variants`` string); per setup, the summary rows.
+    ``--variant`` string); per setup, the summary rows.
 
     Each round measures every figure with every setup before the next round, T included, so that
     a machine whose speed drifts affects every setup alike; a figure is the median of its rounds."""

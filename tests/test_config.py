@@ -218,11 +218,3 @@ def test_actors_are_pinned_to_the_cores_this_process_may_use():
     two = actor_cores(compose_train(["num_actors=1", "env.async_step=true", "pin_actors=true"]))[0]
     assert set(two) <= set(allowed) and len(two) == min(2, len(allowed))
     assert actor_cores(compose_train(["num_actors=2", "pin_actors=false"])) == [None, None]
-
-
-def test_auto_learner_threads_take_every_core_while_the_actors_wait_and_a_number_is_kept():
-    cores = len(os.sched_getaffinity(0))
-    p = plan(compose_train(["num_actors=1", "device=cpu"]))
-    assert (p.learner_threads, p.learner_threads_idle) == (max(1, cores - 1), max(1, cores))
-    p = plan(compose_train(["num_actors=1", "device=cpu", "learner_threads=1"]))
-    assert (p.learner_threads, p.learner_threads_idle) == (1, 1)

@@ -27,8 +27,6 @@ class Placement:
         envs_per_actor: environments each actor steps with one batched forward pass.
         num_storages: rollout slots.
         learner_threads: torch threads of the trainer process (learners).
-        learner_threads_idle: the learner's torch threads for an optimizer step made while every
-            actor waits for a free slot (:class:`distrl.learning.thread.LearnerThreads`).
         async_step: whether actors step half their envs while inferring on the other half.
         actor_cores: per actor, the core ids it is pinned to, or None (not pinned).
         env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
@@ -48,7 +46,6 @@ class Placement:
     precision: str = "fp32"
     precision_reason: str = "set"
     actor_precision: str = "fp32"
-    learner_threads_idle: int = 1
 
     @property
     def stepping(self) -> int:
@@ -65,9 +62,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       (:func:`distrl.learning.distributed.take_core_share` restricts the process before this runs).
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
-    - ``learner_threads=auto``: the cores the actors leave (at least 1), and with a CPU learner all
-      the cores for the optimizer steps made while every actor waits for a free slot
-      (``learner_threads_idle``): the actors' cores are idle then. A number: that many always.
+    - ``learner_threads=auto``: the cores the actors leave (at least 1).
     - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
       (the least validation allows: each stepping env holds a slot, each learner collects B), plus
       room for the actors to run ahead of the learner: for an agent of one optimizer step a batch
@@ -98,11 +93,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
         num_actors = int(cfg.num_actors)
     else:
         num_actors = max(1, cores - 1) if device.type == "cuda" else max(1, cores // 2)
-    if cfg.learner_threads != "auto":
-        learner_threads = learner_threads_idle = int(cfg.learner_threads)
-    else:
-        learner_threads = max(1, cores - num_actors)
-        learner_threads_idle = max(learner_threads, cores) if device.type == "cpu" else learner_threads
+    learner_threads = int(cfg.learner_threads) if cfg.learner_threads != "auto" else max(1, cores - num_actors)
     if cfg.num_storages != "auto":
         num_storages = int(cfg.num_storages)
     else:
@@ -133,5 +124,4 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
         env_cfg["async_step"] = async_step
     precision, reason = resolve_precision(cfg.get("precision", "fp32"), device)
     return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, async_step,
-                     actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")),
-                     learner_threads_idle)
+                     actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")))

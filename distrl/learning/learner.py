@@ -107,8 +107,6 @@ class Learner:
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
         self.stop: threading.Event | None = None  # the running learner thread's (step), for an override's update
-        # the torch threads of each optimizer step (distrl.learning.thread.LearnerThreads); None: as set
-        self.threads: Callable[[], int] | None = None
 
     @property
     def updates(self) -> int:
@@ -181,8 +179,6 @@ class Learner:
             plan = (minibatch for _ in range(self.agent_loss.num_epochs)
                     for minibatch in self.agent_loss.minibatches(batch, self.generator))
             for step, minibatch in enumerate(plan):
-                if self.threads is not None:
-                    torch.set_num_threads(self.threads())
                 scalars, finite = self._optimizer_step(minibatch, position.entropy_cost, stop, position.intrinsic_coef)
                 if step == 0 or not finite:
                     reported = scalars

@@ -10,8 +10,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from distrl.learning.batches import Batch, BatchSource
 from distrl.learning.learner import Learner
 from distrl.sampling.slots import Slots
@@ -43,27 +41,6 @@ class LearnerStats:
     nonfinite_updates: int = 0
     activity: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class LearnerThreads:
-    """How many torch threads the learner's next optimizer step takes: ``idle`` while every actor
-    waits for a free slot (``waiting``, :class:`distrl.sampling.slots.Channels`: their cores have
-    nothing else to do), ``base`` otherwise (the cores the actors leave). Read before each optimizer
-    step, so that the learner takes the actors' cores only for as long as they wait and hands
-    them back at the next step after a learner frees slots.
-
-    Attributes:
-        steps: optimizer steps taken at ``base`` and at ``idle`` threads so far (``[base, idle]``).
-    """
-
-    def __init__(self, waiting: torch.Tensor, base: int, idle: int):
-        self.waiting, self.base, self.idle = waiting, base, idle
-        self.steps = [0, 0]
-
-    def __call__(self) -> int:
-        every_actor_waits = bool(self.waiting.all())
-        self.steps[every_actor_waits] += 1
-        return self.idle if every_actor_waits else self.base
 
 
 class NonFiniteError(RuntimeError):

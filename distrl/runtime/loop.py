@@ -22,7 +22,7 @@ from distrl.intrinsic import IntrinsicReward
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner
 from distrl.learning.schedule import Every, Throughput
-from distrl.learning.thread import LearnerStats, LearnerThreads
+from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.runtime.checkpointer import Checkpointer
@@ -91,8 +91,6 @@ class TrainingLoop:
             hparams=hparams, progress=self.progress, wandb=WandbSink.start(self.run_dir, cfg),
         ) if self.ranks.is_main else NullTelemetry()
         channels = Channels.create(slots, mp_context, p.num_actors, self.learner.position.policy_version)
-        if p.learner_threads_idle != p.learner_threads:
-            self.learner.threads = LearnerThreads(channels.waiting, p.learner_threads, p.learner_threads_idle)
         self.actor_logs = logs.ActorLogWriter(channels.log_queue, self.run_dir / "actors.log")
         self.actor_logs.start()
         first_actor = self.ranks.rank * p.num_actors
@@ -202,11 +200,6 @@ class TrainingLoop:
                     self.ranks.stop_requested.set()
                 finish = self.ranks.timeout
             free = self.workers.stop(learners_finish=finish)
-            if isinstance(self.learner.threads, LearnerThreads):
-                threads = self.learner.threads
-                log.info("optimizer steps with %d learner threads (an actor busy): %d; with %d (every actor waiting "
-                         "for a free slot): %d", threads.base, threads.steps[0], threads.idle, threads.steps[1])
-                self.learner.threads = None
             if free != list(range(self.placement.num_storages)):  # each slot index exactly once: none lost, none twice
                 log.warning("rollout slots at shutdown: %d of %d indices returned (%d distinct): a slot was lost "
                             "or handed out twice", len(free), self.placement.num_storages, len(set(free)))

@@ -38,8 +38,6 @@ class Channels:
         stop_event: set by the trainer to stop every actor.
         policy_version: learner updates so far.
         heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
-        waiting: ``[num_actors] uint8``, 1 while the actor waits for a free slot (it has nothing to
-            do until a learner frees one: :class:`distrl.learning.thread.LearnerThreads` reads it).
     """
 
     free_queue: IndexQueue
@@ -51,7 +49,6 @@ class Channels:
     stop_event: SharedValue
     policy_version: SharedValue
     heartbeat: torch.Tensor
-    waiting: torch.Tensor
 
     @classmethod
     def create(cls, slots: Any, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
@@ -59,8 +56,7 @@ class Channels:
         and ``owner``) for ``num_actors`` actors, with new message queues and shared values."""
         return cls(slots.free_queue, slots.full_queue, slots.owner, MessageQueue(mp_context),
                    MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
-                   torch.zeros(num_actors, dtype=torch.float64).share_memory_(),
-                   torch.zeros(num_actors, dtype=torch.uint8).share_memory_())
+                   torch.zeros(num_actors, dtype=torch.float64).share_memory_())
 
     def close(self) -> None:
         """Close this process's ends of the message queues (the slot queues belong to :class:`Slots`)."""

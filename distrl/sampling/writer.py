@@ -117,14 +117,14 @@ class SlotWriter:
         """Give env ``i`` a free slot whose row 0 is the row the env has just staged; with an LSTM
         core, the slot's initial state is the env's state before that row (``core_before[:, j]``)."""
         ch = self.ctx.channels
-        try:
-            slot = ch.free_queue.get_nowait()
-        except queue.Empty:  # nothing to do until a learner frees a slot: say so (ch.waiting)
-            ch.waiting[self.actor_id] = 1
+        while True:
+            if self.should_stop():
+                raise Stopped
             try:
-                slot = self._wait_for_free_slot()
-            finally:
-                ch.waiting[self.actor_id] = 0
+                slot = ch.free_queue.get(timeout=POLL_SECONDS)
+                break
+            except queue.Empty:
+                continue
         ch.owner[slot] = self.actor_id
         self.held.append(slot)
         self.slot[i] = slot
@@ -132,15 +132,6 @@ class SlotWriter:
         if core_before:
             self.ctx.buffers["core_h"][slot].copy_(core_before[0][:, j])
             self.ctx.buffers["core_c"][slot].copy_(core_before[1][:, j])
-
-    def _wait_for_free_slot(self) -> int:
-        while True:
-            if self.should_stop():
-                raise Stopped
-            try:
-                return self.ctx.channels.free_queue.get(timeout=POLL_SECONDS)
-            except queue.Empty:
-                continue
 
     def _finish(self, envs: np.ndarray) -> None:
         """Copy the staged keys of ``envs`` (``[k] int64`` env indices at row T) into their slots,
