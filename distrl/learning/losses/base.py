@@ -63,7 +63,8 @@ class Targets(NamedTuple):
     gradient's advantages (no gradient); ``values``: per value head, ``V(x_t)`` ``[T, B]`` with
     gradient; ``vs``: per value head, the estimator's value targets ``[T, B]`` (no gradient). The heads
     are the extrinsic one, then with an intrinsic value head the intrinsic one; ``old_values``:
-    ``[T, B]`` the behaviour policy's extrinsic value ``V_old(x_t)`` the actor stored (no gradient).
+    ``[T, B]`` the behaviour policy's extrinsic value ``V_old(x_t)`` the actor stored (no gradient;
+    None for a batch without ``baseline``, which only APPO's value clipping reads).
     """
 
     log_rhos: torch.Tensor
@@ -72,7 +73,7 @@ class Targets(NamedTuple):
     advantages: torch.Tensor
     values: list[torch.Tensor]
     vs: list[torch.Tensor]
-    old_values: torch.Tensor
+    old_values: torch.Tensor | None
 
 
 class Objective(Protocol):
@@ -190,7 +191,8 @@ class AgentLoss:
             vs.append(estimate.targets)
         if self.normalize_advantages and standardise:
             advantages = vtrace.standardise(advantages)
-        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs, batch["baseline"][STEPS])
+        old_values = batch["baseline"][STEPS] if "baseline" in batch else None
+        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs, old_values)
 
     def batch_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                       intrinsic_coef: float = 0.0) -> dict[str, torch.Tensor]:
@@ -221,7 +223,7 @@ class AgentLoss:
         if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
         return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads,
-                       list(batch["value_targets"].unbind(-1)), batch["baseline"])
+                       list(batch["value_targets"].unbind(-1)), batch.get("baseline"))
 
     def minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
                     ) -> list[dict[str, torch.Tensor]]:
