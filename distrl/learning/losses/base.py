@@ -179,10 +179,8 @@ class AgentLoss:
         distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
         whatever the network's precision; both streams share them.
         """
-        actions = batch["action"][STEPS]
-        policy = self.action_space.distribution(params[STEPS])
-        log_probs = policy.log_prob(actions)
-        log_rhos = log_probs - self.action_space.distribution(batch["policy_params"][STEPS]).log_prob(actions)
+        policy, log_probs, log_rhos = self._scores(batch["action"][STEPS], params[STEPS],
+                                                   batch["policy_params"][STEPS])
         advantages, heads, vs = None, [], []
         for stream, weight in self.streams(batch, values, intrinsic_coef):
             estimate = self.estimator(log_rhos, stream)
@@ -205,7 +203,7 @@ class AgentLoss:
             ``{"advantages": [T, B], "value_targets": [T, B, H]}`` float32, H the value heads.
         """
         with torch.no_grad():
-            targets = self.targets(batch, params.float(), values.float(), intrinsic_coef, standardise=False)
+            targets = self.targets(batch, params, values, intrinsic_coef, standardise=False)
         return {"advantages": targets.advantages, "value_targets": torch.stack(targets.vs, dim=-1)}
 
     def step_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor) -> Targets:
@@ -214,16 +212,22 @@ class AgentLoss:
         batch's (:meth:`batch_targets`), standardised over the minibatch with
         ``agent.normalize_advantages``; the log importance weights, log-probabilities, entropy and
         values those of the network given (``params [1, n, P]``, ``values [1, n]`` or ``[1, n, 2]``)."""
-        actions = batch["action"]
-        policy = self.action_space.distribution(params)
-        log_probs = policy.log_prob(actions)
-        log_rhos = log_probs - self.action_space.distribution(batch["policy_params"]).log_prob(actions)
+        policy, log_probs, log_rhos = self._scores(batch["action"], params, batch["policy_params"])
         heads = list(values.unbind(-1)) if values.dim() == 3 else [values]
         advantages = batch["advantages"]
         if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
         return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads,
                        list(batch["value_targets"].unbind(-1)), batch.get("baseline"))
+
+    def _scores(self, actions: torch.Tensor, params: torch.Tensor, behaviour_params: torch.Tensor):
+        """The stored ``actions`` ``[T, B, ...]`` under the current policy (``params [T, B, P]``, fp32:
+        the network's heads give fp32) and the behaviour policy (``behaviour_params``): the current
+        distribution, ``log pi(a|x)`` and ``log pi(a|x) - log mu(a|x)``, each ``[T, B]`` (summed over an
+        action's dimensions)."""
+        policy = self.action_space.distribution(params)
+        log_probs = policy.log_prob(actions)
+        return policy, log_probs, log_probs - self.action_space.distribution(behaviour_params).log_prob(actions)
 
     def minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
                     ) -> list[dict[str, torch.Tensor]]:
