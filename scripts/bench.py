@@ -25,7 +25,8 @@ interleaved in every round (``--repeats``), and the ratios follow; ``--variant '
 'A=2 B=3'`` does the same for any sets of overrides.
 
 Limit model: an agent step costs 1/E + 1/I + 1/L core-seconds, so P = 1 / (1/E + 1/I + 1/L) is what
-one core allows and the limit of a run is its cores (actors + learner threads) x P; P_S =
+one core allows and the limit of a run is its cores (actors + learner threads, at most the cores
+the command may use) x P (with a learner of several threads L is theirs, so the limit is higher); P_S =
 1 / (1/E + 1/I) is one actor core's limit for sampling. S/P_S and T/limit say how close distrl runs
 to what the parts allow.
 """
@@ -218,13 +219,14 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     from distrl.learning.batches import BatchSource
     from distrl.learning.learner import Learner, make_optimizer
     from distrl.learning.schedule import Schedule
+    from distrl.learning.split import split_step
     from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
     from distrl.sampling.slots import Slots
 
     cfg = OmegaConf.create(cfg_dict)
     placement = plan(cfg)
-    torch.set_num_threads(placement.learner_threads)
+    torch.set_num_threads(placement.torch_threads)
     device = placement.device
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
                           return_norm=bool(cfg.agent.normalize_returns)).to(device)
@@ -234,7 +236,8 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     steps_per_update = schedule.steps_per_update
     optimizer = make_optimizer(policy, cfg.agent)
     learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
-                      precision=placement.precision, compile_mode=cfg.train.compile_mode)
+                      precision=placement.precision, compile_mode=cfg.train.compile_mode,
+                      split=split_step(placement))
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
     slots = Slots(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))
@@ -493,7 +496,9 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
                 rows.append(("S/P_S rounds", " ".join(f"{r:.2f}" for r in ratios)))
         if "L" in figures:
             p = 1 / (1 / figures["E"] + 1 / figures["I"] + 1 / figures["L"])
-            cores = placement.num_actors + placement.learner_threads
+            # the processes' threads, at most the cores this command may use (a learner that shares
+            # the actors' cores, learner_split > 1, has as many threads as the machine's cores)
+            cores = min(placement.num_actors + placement.learner_threads, len(os.sched_getaffinity(0)))
             rows.append(("P", f"{p:,.0f}"))
             rows.append((f"limit ({cores} cores x P)", f"{cores * p:,.0f}"))
             if "T" in figures:

@@ -96,6 +96,20 @@ def test_the_dormant_share_counts_units_whose_mean_activity_is_at_most_tau_of_th
     assert dormant_fractions(linear, torch.zeros(2, 4)) == {"1": 1.0}  # all silent: all dormant
 
 
+def test_the_feature_rank_is_the_fewest_singular_values_holding_99_percent_of_their_sum():
+    """Kumar et al. 2021's srank with delta 0.01: singular values 10, 5, 0.1 (sum 15.1) need 2 for
+    99 % (15.0 / 15.1 = 0.993), 3 for 99.9 %; a rank-1 matrix has 1; all-zero features 0."""
+    from distrl.nn.dormant import feature_health, feature_rank
+
+    u, _ = torch.linalg.qr(torch.randn(50, 3, generator=torch.Generator().manual_seed(0)))
+    features = u @ torch.diag(torch.tensor([10.0, 5.0, 0.1])) @ torch.eye(3, 8)  # [50, 8], sigma 10, 5, 0.1
+    assert feature_rank(features) == 2 and feature_rank(features, delta=0.001) == 3
+    assert feature_rank(torch.ones(20, 8)) == 1 and feature_rank(torch.zeros(20, 8)) == 0
+    encoder = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    fractions, rank = feature_health(encoder, torch.randn(32, 8))
+    assert set(fractions) == {"1"} and 1 <= rank <= 8
+
+
 def test_layer_norm_puts_a_norm_before_every_activation_and_leaves_the_plain_networks_keys():
     """model.layer_norm=false keeps the parameter names checkpoints have always had; true adds a
     LayerNorm before each ReLU (a GroupNorm of one group for the convolutions), and the network runs

@@ -50,11 +50,13 @@ def test_throughput_is_agent_steps_per_second_over_its_window():
     assert meter.add(1000) == pytest.approx(500, rel=0.05)
 
 
-@pytest.mark.parametrize("cores, device, actors, threads", [
-    (2, "cpu", 1, 1), (16, "cpu", 8, 8), (48, "cpu", 24, 24), (16, "cuda", 15, 1), (48, "cuda", 47, 1)])
-def test_placement_sizes_a_machine_of_2_16_48_cores(cores, device, actors, threads, monkeypatch):
+@pytest.mark.parametrize("cores, device, actors, threads, split", [
+    (1, "cpu", 1, 1, 1), (2, "cpu", 1, 2, 4), (16, "cpu", 8, 8, 1), (48, "cpu", 24, 24, 1), (16, "cuda", 15, 1, 1),
+    (48, "cuda", 47, 1, 1)])
+def test_placement_sizes_a_machine_of_1_2_16_48_cores(cores, device, actors, threads, split, monkeypatch):
     """``auto`` sizes: a CPU learner takes half the cores, a CUDA learner leaves all but one to the
-    actors; slots are 2 x the stepping envs + B x learners for IMPALA, the stepping envs + B x
+    actors; on 2 cores APPO's CPU learner splits its minibatches in 4 parts on both cores (IMPALA's
+    does not and keeps the core the actor leaves); slots are 2 x the stepping envs + B x learners for IMPALA, the stepping envs + B x
     learners (at least one actor's unroll more) for APPO; actors are pinned one to a core (with
     synchronous stepping, the default with a CPU learner) or not at all (async, with CUDA)."""
     import torch
@@ -64,7 +66,9 @@ def test_placement_sizes_a_machine_of_2_16_48_cores(cores, device, actors, threa
     monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: set(range(100, 100 + cores)))
     monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device(device))
     p = plan(compose_train([]))
-    assert (p.num_actors, p.learner_threads, p.device.type) == (actors, threads, device)
+    assert (p.num_actors, p.learner_threads, p.learner_split, p.device.type) == (actors, threads, split, device)
+    impala = plan(compose_train(["agent=impala"]))
+    assert (impala.learner_split, impala.learner_threads) == (1, max(1, cores - actors))
     assert p.num_storages == actors * 16 + 32  # APPO, B=32
     assert plan(compose_train(["agent=appo", "batch_size=8"])).num_storages == actors * 16 + 8 + 8
     assert plan(compose_train(["agent=impala"])).num_storages == 2 * actors * 16 + 4

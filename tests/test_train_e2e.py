@@ -54,6 +54,8 @@ def check_run(run_dir: Path, num_train_steps: int) -> None:
     shares = {key: value for key, value in dormant[-1].items() if key.startswith("dormant/")}
     assert len(shares) >= 2 and all(0.0 <= value <= 1.0 for value in shares.values()), shares
     assert set(shares) <= tags
+    # and the approximate rank of its output features beside them (at most the 256 observations measured)
+    assert 1 <= dormant[-1]["rank/features"] <= 256 and "rank/features" in tags
     # SPS is the agent steps between two log lines over the seconds between them
     sps = [r for r in logged if "charts/SPS" in r]
     assert sps  # (a short, fast run may log once: its first tick can already be past the budget)

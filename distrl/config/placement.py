@@ -16,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from distrl.config.host import actor_precision, cpu_count, resolve_device, resolve_precision
 
+SPLIT_PARTS = 4  # learner_split=auto on 2 cores: 2 parts a thread; Pong T 341 / 360 against 321 / 338 with 2 parts
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -26,7 +28,9 @@ class Placement:
         num_actors: actor processes.
         envs_per_actor: environments each actor steps with one batched forward pass.
         num_storages: rollout slots.
-        learner_threads: torch threads of the trainer process (learners).
+        learner_threads: threads of the trainer process's learner: torch threads, or with
+            ``learner_split > 1`` the threads that run the parts (each on one torch thread).
+        learner_split: parts of a minibatch the learner's threads share (1: no split).
         async_step: whether actors step half their envs while inferring on the other half.
         actor_cores: per actor, the core ids it is pinned to, or None (not pinned).
         env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
@@ -40,12 +44,18 @@ class Placement:
     envs_per_actor: int
     num_storages: int
     learner_threads: int
+    learner_split: int
     async_step: bool
     actor_cores: tuple[tuple[int, ...] | None, ...]
     env_cfg: dict
     precision: str = "fp32"
     precision_reason: str = "set"
     actor_precision: str = "fp32"
+
+    @property
+    def torch_threads(self) -> int:
+        """The trainer process's ``torch.set_num_threads``: one per part's thread when split."""
+        return 1 if self.learner_split > 1 else self.learner_threads
 
     @property
     def stepping(self) -> int:
@@ -62,7 +72,15 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       (:func:`distrl.learning.distributed.take_core_share` restricts the process before this runs).
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
-    - ``learner_threads=auto``: the cores the actors leave (at least 1).
+    - ``learner_split=auto``: on 2 cores, a CPU learner whose agent makes several optimizer steps a
+      batch (APPO's, the bottleneck there) splits each minibatch's network work in
+      :data:`SPLIT_PARTS` parts on threads (:mod:`distrl.learning.split`), so that it takes the time
+      the actor leaves on its core: Pong, APPO, 2-core Intel Xeon, fp32, T 1.4x one learner thread,
+      1.1x two threads unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"); elsewhere 1
+      (no split): on 1 core there is nothing to share, on more cores and with a GPU it is unmeasured,
+      and IMPALA's one step a batch leaves the actors the bottleneck.
+    - ``learner_threads=auto``: with a split, every core (the parts' threads share the actors'
+      cores); otherwise the cores the actors leave (at least 1).
     - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
       (the least validation allows: each stepping env holds a slot, each learner collects B), plus
       room for the actors to run ahead of the learner: for an agent of one optimizer step a batch
@@ -93,12 +111,18 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
         num_actors = int(cfg.num_actors)
     else:
         num_actors = max(1, cores - 1) if device.type == "cuda" else max(1, cores // 2)
-    learner_threads = int(cfg.learner_threads) if cfg.learner_threads != "auto" else max(1, cores - num_actors)
+    steps_a_batch = int(cfg.agent.num_epochs) * int(cfg.agent.get("num_minibatches", 1))
+    learner_split = cfg.get("learner_split", 1)
+    if learner_split == "auto":
+        learner_split = SPLIT_PARTS if device.type == "cpu" and steps_a_batch > 1 and cores == 2 else 1
+    if cfg.learner_threads != "auto":
+        learner_threads = int(cfg.learner_threads)
+    else:
+        learner_threads = cores if learner_split > 1 else max(1, cores - num_actors)
     if cfg.num_storages != "auto":
         num_storages = int(cfg.num_storages)
     else:
         least = num_actors * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
-        steps_a_batch = int(cfg.agent.num_epochs) * int(cfg.agent.get("num_minibatches", 1))
         if steps_a_batch == 1:
             num_storages = least + num_actors * cfg.envs_per_actor
         else:
@@ -123,5 +147,5 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     if "async_step" in env_cfg:
         env_cfg["async_step"] = async_step
     precision, reason = resolve_precision(cfg.get("precision", "fp32"), device)
-    return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, async_step,
+    return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, learner_split, async_step,
                      actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")))

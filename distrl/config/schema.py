@@ -188,6 +188,7 @@ class TrainConfig:
     batch_size: int = MISSING  # B
     envs_per_actor: int = MISSING
     learner_threads: Any = MISSING  # int >= 1 or auto
+    learner_split: Any = MISSING  # int >= 1 or auto
     pin_actors: Any = MISSING  # true | false | auto
     log_level: str = MISSING
     resume: Any = MISSING  # auto | false | a checkpoint file or run directory

@@ -174,6 +174,7 @@ def _validate_run(cfg: DictConfig) -> None:
     auto_or_positive_int(cfg.num_actors, "num_actors")
     auto_or_positive_int(cfg.num_storages, "num_storages")
     auto_or_positive_int(cfg.learner_threads, "learner_threads")
+    auto_or_positive_int(cfg.learner_split, "learner_split")
     check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
     check(cfg.precision in PRECISIONS, "precision", cfg.precision, ", ".join(PRECISIONS))
     check(isinstance(cfg.objective, str) and bool(cfg.objective.strip()), "objective", cfg.objective,

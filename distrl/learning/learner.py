@@ -29,6 +29,7 @@ from distrl.intrinsic import IntrinsicReward
 from distrl.learning.distributed import Ranks
 from distrl.learning.losses import LossTerms, make_loss
 from distrl.learning.schedule import Position, Schedule
+from distrl.learning.split import SplitStep
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import normalise_batch
 from distrl.nn.precision import autocast
@@ -87,7 +88,7 @@ class Learner:
     def __init__(self, policy: ActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule,
                  agent: DictConfig, device: torch.device, compile: bool = False, ranks: Ranks | None = None,
                  intrinsic: IntrinsicReward | None = None, pretraining: bool = False, precision: str = "fp32",
-                 compile_mode: str = "default"):
+                 compile_mode: str = "default", split: SplitStep | None = None):
         self.policy = policy
         self.precision = precision
         self.intrinsic = intrinsic
@@ -103,6 +104,8 @@ class Learner:
         # CUDA graphs (reduce-overhead) may overwrite a replay's outputs at the next replay: each
         # optimizer step is one step of torch's CUDA graph trees and reads its losses within it
         self._cuda_graph_steps = compile and compile_mode == "reduce-overhead"
+        # the network's work of a step in parts on threads; not compiled, not for a subclass's own loss
+        self.split = split if not compile and type(self).loss is Learner.loss else None
         self.lock = threading.RLock()  # held for an update, so that a checkpoint sees one moment
         self.updates = 0
         self.last_obs: torch.Tensor | None = None  # the last batch's observations [T+1, B, ...] (dormant units)
@@ -239,12 +242,18 @@ class Learner:
         loss's diagnostics (:class:`distrl.learning.losses.LossTerms`), floats, and whether the step was made."""
         if self._cuda_graph_steps:
             torch.compiler.cudagraph_mark_step_begin()
-        # an override's loss (distrl.compat.rllte) may give 4 terms, without the diagnostics
-        total, policy, value, entropy, *rest = self.loss(batch, entropy_cost, intrinsic_coef)
-        diagnostics = (rest[0] if rest else None) or {}
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
         parameters = list(self.policy.learner.parameters())
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.split is not None:
+            terms = self.split.loss_and_gradients(
+                self._forward, lambda params, values: self.agent_loss(batch, params, values, entropy_cost,
+                                                                      intrinsic_coef), batch, parameters)
+        else:
+            terms = self.loss(batch, entropy_cost, intrinsic_coef)
+            terms[0].backward()
+        # an override's loss (distrl.compat.rllte) may give 4 terms, without the diagnostics
+        total, policy, value, entropy, *rest = terms
+        diagnostics = (rest[0] if rest else None) or {}
         if self.ranks.enabled:
             self.ranks.average_gradients(parameters, stop)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.agent.max_grad_norm)

@@ -1,4 +1,4 @@
-"""What a run logs: finished episodes, the learner's losses and timings, the dormant units and
+"""What a run logs: finished episodes, the learner's losses and timings, the dormant units, feature rank and
 evaluations (:class:`Reporter`, one part of :class:`distrl.runtime.trainer.Trainer`), and
 the run's first lines (:func:`announce`).
 
@@ -24,7 +24,7 @@ from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner
 from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
-from distrl.nn.dormant import dormant_fractions
+from distrl.nn.dormant import feature_health
 from distrl.runtime.evaluator import EvalResult
 from distrl.runtime.supervisor import Workers
 from distrl.sampling.queues import drain
@@ -85,9 +85,10 @@ class Reporter:
     def log_training(self, steps: int, last_log: tuple, recent_returns: deque, dormant: bool = False) -> tuple:
         """Log SPS (over the whole log interval since ``last_log``), the learner's losses and where its
         time went (ms per update), with ``dormant`` the share of dormant units of each encoder layer
-        (``dormant/<layer>``, :func:`distrl.nn.dormant.dormant_fractions` on up to
-        ``DORMANT_OBSERVATIONS`` observations of the learner's last batch, under its lock: the weights
-        of one moment); returns this moment as the next ``last_log``."""
+        (``dormant/<layer>``) and the approximate rank of its output features (``rank/features``),
+        :func:`distrl.nn.dormant.feature_health` on up to ``DORMANT_OBSERVATIONS`` observations of the
+        learner's last batch, under its lock: the weights of one moment; returns this moment as the
+        next ``last_log``."""
         measured = self.dormant_scalars() if dormant else {}  # before the clock: it takes a moment
         timed = self.learner_time()  # may wait for an update to end: the clock is read after it, so that
         now = time.perf_counter()     # SPS's interval is the one between the log records' times
@@ -123,8 +124,8 @@ class Reporter:
                 return {}
             obs = obs[:-1].flatten(0, 1)  # the T x B observations of the loss
             obs = obs[::max(1, len(obs) // DORMANT_OBSERVATIONS)][:DORMANT_OBSERVATIONS]
-            fractions = dormant_fractions(self.policy.learner.encoder, obs)
-        return {f"dormant/{name}": value for name, value in fractions.items()}
+            fractions, rank = feature_health(self.policy.learner.encoder, obs)
+        return {**{f"dormant/{name}": value for name, value in fractions.items()}, "rank/features": rank}
 
 
     def log_eval(self, result: EvalResult, step: int) -> None:

@@ -30,6 +30,7 @@ from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner, make_optimizer
 from distrl.learning.schedule import Position, Schedule
+from distrl.learning.split import split_step
 from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
@@ -117,7 +118,7 @@ class Trainer:
         self.learner = learner_class(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
                                compile=cfg.train.th_compile, ranks=self.ranks, intrinsic=self.intrinsic,
                                pretraining=cfg.train.pretraining, precision=self.placement.precision,
-                               compile_mode=cfg.train.compile_mode)
+                               compile_mode=cfg.train.compile_mode, split=split_step(self.placement))
         self.stats = LearnerStats()
         self.checkpointer = Checkpointer(self.policy, self.optimizer, self.intrinsic, self.learner, cfg, self.spec,
                                          self.placement, self.ranks, self.run_dir)
@@ -209,7 +210,7 @@ class Trainer:
                          cfg.train.num_train_steps)
                 return self.counters
             threads_before = torch.get_num_threads()
-            torch.set_num_threads(self.placement.learner_threads)
+            torch.set_num_threads(self.placement.torch_threads)
             try:
                 with logs.above_the_bar(self.progress):
                     TrainingLoop(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,

@@ -1,0 +1,97 @@
+"""One optimizer step's network work split into parts of the minibatch, run on a pool of threads.
+
+With ``learner_split=N`` the learner (:mod:`distrl.learning.learner`) runs the network's forward and
+backward pass on ``N`` parts of each minibatch (its unrolls, or its steps, split along ``B``) on
+``learner_threads`` Python threads of one torch thread each, instead of running each operator on
+``learner_threads`` torch threads. The agent's loss still sees the whole minibatch: the parts'
+outputs are joined, the loss and its gradient with respect to those outputs computed once, and each
+part's backward pass then gives its share of the parameters' gradient, summed in the parts' order.
+The arithmetic is the unsplit step's but for the order of that sum (and each convolution's sum over
+its rows): the gradients agree within float rounding.
+
+Why: on a CPU, a torch operator on several threads splits its work statically, so one thread that
+shares its core with an actor process holds every operator up; a part is a coarse task that the
+thread on the free core takes next, so the learner uses the core an actor leaves without waiting
+for it (docs/lab/benchmarks.md, "APPO at the 2-core limit").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from distrl.config.placement import Placement
+
+Forward = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+LossOf = Callable[[torch.Tensor, torch.Tensor], tuple]
+NETWORK_INPUTS = ("obs", "first", "core_h", "core_c", "last_action", "last_reward")  # what the network reads
+
+
+class SplitStep:
+    """The network's forward and backward pass on ``parts`` parts of a minibatch, on ``threads`` threads.
+
+    Args:
+        parts: how many parts a minibatch is split into along its ``B`` dimension (at most its
+            ``B``: a minibatch of fewer unrolls or steps is split into that many).
+        threads: the threads that run the parts, each part on one; each thread's operators run
+            on one torch thread (the process's ``torch.set_num_threads``, set by the trainer).
+    """
+
+    def __init__(self, parts: int, threads: int):
+        self.parts = parts
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="learner-part")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    def loss_and_gradients(self, forward: Forward, loss_of: LossOf, batch: dict[str, torch.Tensor],
+                           parameters: Sequence[torch.Tensor]) -> tuple:
+        """The loss of ``batch`` and its gradient, left in the parameters' ``.grad`` as
+        ``loss.backward()`` would (``None`` for a parameter the network did not use).
+
+        Args:
+            forward: the network on a (part of a) batch: ``(policy_params, values)``, both
+                ``[rows, b, ...]`` with ``b`` the part's width.
+            loss_of: the agent's loss of the whole batch from the joined outputs (a
+                :class:`distrl.learning.losses.LossTerms`, or a tuple whose first term is the total).
+            batch: a ``[rows, B]`` (mini)batch; the tensors the network reads (:data:`NETWORK_INPUTS`)
+                are split along dim 1 (``core_h``/``core_c`` are ``[1, B, H]``).
+            parameters: the learner network's parameters, whose gradients are set.
+
+        Returns:
+            What ``loss_of`` returned; its total's ``backward`` has already run.
+        """
+        width = batch["obs"].shape[1]
+        bounds = _bounds(width, min(self.parts, width))
+        pieces = [{key: batch[key][:, start:stop] for key in NETWORK_INPUTS if key in batch}
+                  for start, stop in bounds]
+        outputs = list(self.pool.map(forward, pieces))
+        joined = [torch.cat([out[i].detach() for out in outputs], dim=1).requires_grad_() for i in range(2)]
+        terms = loss_of(*joined)
+        terms[0].backward()
+        heads = [tensor.grad if tensor.grad is not None else torch.zeros_like(tensor) for tensor in joined]
+
+        def backward(index: int) -> tuple[torch.Tensor | None, ...]:
+            start, stop = bounds[index]
+            return torch.autograd.grad(outputs[index], parameters,
+                                       [head[:, start:stop] for head in heads], allow_unused=True)
+
+        grads = list(self.pool.map(backward, range(len(bounds))))
+        for i, parameter in enumerate(parameters):
+            shares = [g[i] for g in grads if g[i] is not None]
+            parameter.grad = None if not shares else torch.stack(shares).sum(0) if len(shares) > 1 else shares[0]
+        return terms
+
+
+def split_step(placement: Placement) -> SplitStep | None:
+    """The learner's :class:`SplitStep` for a run's placement, or None without a split
+    (``learner_split=1``)."""
+    return SplitStep(placement.learner_split, placement.learner_threads) if placement.learner_split > 1 else None
+
+
+def _bounds(width: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ``[start, stop)`` ranges covering ``range(width)``, sizes differing by at most one."""
+    edges = [round(i * width / parts) for i in range(parts + 1)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
