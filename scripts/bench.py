@@ -226,7 +226,6 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
 
     cfg = OmegaConf.create(cfg_dict)
     placement = plan(cfg)
-    torch.set_num_threads(placement.torch_threads)
     device = placement.device
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
                           return_norm=bool(cfg.agent.normalize_returns)).to(device)
@@ -238,6 +237,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
                       precision=placement.precision, compile_mode=cfg.train.compile_mode,
                       split=split_step(placement))
+    torch.set_num_threads(1 if learner.split is not None else placement.learner_threads)
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
     slots = Slots(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))

@@ -51,14 +51,15 @@ def test_throughput_is_agent_steps_per_second_over_its_window():
 
 
 @pytest.mark.parametrize("cores, device, actors, threads, split", [
-    (1, "cpu", 1, 1, 1), (2, "cpu", 1, 2, 4), (16, "cpu", 8, 8, 1), (48, "cpu", 24, 24, 1), (16, "cuda", 15, 1, 1),
+    (1, "cpu", 1, 1, 1), (2, "cpu", 1, 2, 2), (16, "cpu", 8, 8, 1), (48, "cpu", 24, 24, 1), (16, "cuda", 15, 1, 1),
     (48, "cuda", 47, 1, 1)])
 def test_placement_sizes_a_machine_of_1_2_16_48_cores(cores, device, actors, threads, split, monkeypatch):
     """``auto`` sizes: a CPU learner takes half the cores, a CUDA learner leaves all but one to the
-    actors; on 2 cores APPO's CPU learner splits its minibatches in 4 parts on both cores (IMPALA's
-    does not and keeps the core the actor leaves); slots are 2 x the stepping envs + B x learners for IMPALA, the stepping envs + B x
-    learners (at least one actor's unroll more) for APPO; actors are pinned one to a core (with
-    synchronous stepping, the default with a CPU learner) or not at all (async, with CUDA)."""
+    actors; on 2 cores APPO's CPU learner splits its minibatches in 2 parts on both cores (IMPALA's
+    does not and keeps the core the actor leaves); slots are 2 x the stepping envs + B x learners
+    for IMPALA, the stepping envs + B x learners (at least one actor's unroll more) for APPO;
+    actors are pinned one to a core (with synchronous stepping, the default with a CPU learner) or
+    not at all (async, with CUDA)."""
     import torch
 
     from distrl.config import placement

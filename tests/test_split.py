@@ -77,6 +77,14 @@ def test_learner_split_is_validated_and_sizes_the_threads():
     with pytest.raises(ConfigError, match="learner_split=0 is not allowed"):
         validate_config(compose_train(["experiment=cartpole", "learner_split=0"]))
     p = plan(compose_train(["experiment=cartpole", "learner_split=4", "learner_threads=2"]))
-    assert (p.learner_split, p.learner_threads, p.torch_threads) == (4, 2, 1)
-    p = plan(compose_train(["experiment=cartpole", "learner_split=1", "learner_threads=2"]))
-    assert (p.learner_split, p.torch_threads) == (1, 2)
+    assert (p.learner_split, p.learner_threads) == (4, 2)
+    p = plan(compose_train(["experiment=cartpole", "learner_split=auto"]), cores=2)  # IMPALA: one step a batch
+    assert p.learner_split == 1
+    p = plan(compose_train(["agent=appo", "train.th_compile=true"]), cores=2)  # the compiled step is unsplit
+    assert p.learner_split == 1
+    for small in ("experiment=mujoco", "experiment=minigrid"):  # APPO, but a step too short to share
+        assert plan(compose_train([small]), cores=2).learner_split == 1, small
+    p = plan(compose_train(["device=cpu"]), cores=2)  # APPO on Pong's Nature CNN: split on both cores
+    assert (p.learner_split, p.learner_threads) == (2, 2)
+    p = plan(compose_train(["device=cpu"]), cores=1)  # one core: nothing to share
+    assert (p.learner_split, p.learner_threads) == (1, 1)

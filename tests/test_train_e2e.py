@@ -97,13 +97,14 @@ def _train_here(overrides: list[str], run_dir: Path) -> tuple[Trainer, dict]:
 def test_cartpole_lstm_two_prefetching_learners_time_limit_and_a_linear_entropy_cost(tmp_path):
     """In this process: an LSTM core in bf16 (on any CPU), 30-step episodes, two learners on the fewest
     slots (issue #9 saw 128 steps, then a hang, with 5), each copying its next batch beside its update
-    (``train.prefetch``), and ``agent.entropy_schedule=linear``: every update's
+    (``train.prefetch``) and running its network in 2 parts on 2 threads (``learner_split``; the
+    LSTM's states split with their unrolls), and ``agent.entropy_schedule=linear``: every update's
     entropy cost is ``agent.entropy_cost`` times the learning rate's decay factor, so it falls to
     near 0 by the end. Afterwards every slot index is back on the free queue: none lost, none twice."""
     steps = 8000
     trainer, counters = _train_here(
         [*TINY_CARTPOLE, "model.use_lstm=true", "precision=bf16", "env.max_episode_steps=30", "num_learners=2",
-         "num_storages=12", "train.prefetch=true",
+         "num_storages=12", "train.prefetch=true", "learner_split=2", "learner_threads=2",
          "agent.entropy_schedule=linear", f"train.num_train_steps={steps}", "train.num_eval_episodes=0"], tmp_path)
     assert counters["agent_steps"] >= steps
     check_run(tmp_path, steps)

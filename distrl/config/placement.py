@@ -16,7 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from distrl.config.host import actor_precision, cpu_count, resolve_device, resolve_precision
 
-SPLIT_PARTS = 4  # learner_split=auto on 2 cores: 2 parts a thread; Pong T 341 / 360 against 321 / 338 with 2 parts
+# learner_split=auto on 2 cores: one part a thread. Pong, APPO, 2-core Intel Xeon, fp32, 3 interleaved
+# rounds: T 349 (2 parts), 331 (4 parts), 330 (2 torch threads, unsplit), 277 (1 thread; the old auto)
+SPLIT_PARTS = 2
+# the encoders whose step is heavy enough to split: on HalfCheetah's 64x64 MLP (experiment=mujoco)
+# a split (or a second torch thread) cost T 0.53-0.68x one thread; on MiniGrid's small CNN 1.0x
+SPLIT_ENCODERS = ("nature_cnn",)  # impala_resnet: unmeasured (its one-thread T is under 70 agent steps/s here)
 
 
 @dataclass(frozen=True)
@@ -53,11 +58,6 @@ class Placement:
     actor_precision: str = "fp32"
 
     @property
-    def torch_threads(self) -> int:
-        """The trainer process's ``torch.set_num_threads``: one per part's thread when split."""
-        return 1 if self.learner_split > 1 else self.learner_threads
-
-    @property
     def stepping(self) -> int:
         """Environments stepping at once (``num_actors x envs_per_actor``)."""
         return self.num_actors * self.envs_per_actor
@@ -73,12 +73,14 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
     - ``learner_split=auto``: on 2 cores, a CPU learner whose agent makes several optimizer steps a
-      batch (APPO's, the bottleneck there) splits each minibatch's network work in
+      batch (APPO's, the bottleneck there) with the Nature CNN (:data:`SPLIT_ENCODERS`; a small
+      network's step is too short to share, the IMPALA ResNet's is unmeasured) splits each minibatch's network work in
       :data:`SPLIT_PARTS` parts on threads (:mod:`distrl.learning.split`), so that it takes the time
-      the actor leaves on its core: Pong, APPO, 2-core Intel Xeon, fp32, T 1.4x one learner thread,
-      1.1x two threads unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"); elsewhere 1
+      the actor leaves on its core: Pong, APPO, 2-core Intel Xeon, fp32, T 1.26x one learner thread,
+      1.06x two torch threads unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"); elsewhere 1
       (no split): on 1 core there is nothing to share, on more cores and with a GPU it is unmeasured,
-      and IMPALA's one step a batch leaves the actors the bottleneck.
+      IMPALA's one step a batch leaves the actors the bottleneck, and ``train.th_compile`` compiles
+      the unsplit step.
     - ``learner_threads=auto``: with a split, every core (the parts' threads share the actors'
       cores); otherwise the cores the actors leave (at least 1).
     - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
@@ -114,7 +116,8 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     steps_a_batch = int(cfg.agent.num_epochs) * int(cfg.agent.get("num_minibatches", 1))
     learner_split = cfg.get("learner_split", 1)
     if learner_split == "auto":
-        learner_split = SPLIT_PARTS if device.type == "cpu" and steps_a_batch > 1 and cores == 2 else 1
+        learner_split = (SPLIT_PARTS if device.type == "cpu" and steps_a_batch > 1 and cores == 2
+                         and cfg.model.encoder in SPLIT_ENCODERS and not cfg.train.get("th_compile", False) else 1)
     if cfg.learner_threads != "auto":
         learner_threads = int(cfg.learner_threads)
     else:

@@ -9,10 +9,12 @@ part's backward pass then gives its share of the parameters' gradient, summed in
 The arithmetic is the unsplit step's but for the order of that sum (and each convolution's sum over
 its rows): the gradients agree within float rounding.
 
-Why: on a CPU, a torch operator on several threads splits its work statically, so one thread that
-shares its core with an actor process holds every operator up; a part is a coarse task that the
-thread on the free core takes next, so the learner uses the core an actor leaves without waiting
-for it (docs/lab/benchmarks.md, "APPO at the 2-core limit").
+Why: a learner that shares its cores with actor processes. A torch operator on several threads
+splits its work among them and waits for the last, once per operator; a part is the forward and
+backward pass of a slice of the minibatch, so the threads meet twice per optimizer step. Measured
+on 2 cores (Pong, APPO, one actor pinned to a core): 2 parts on 2 threads made 1.06x the agent
+steps per second of 2 torch threads unsplit and 1.26x one thread; 4 parts 1.00x and 1.19x
+(docs/lab/benchmarks.md, "APPO at the 2-core limit").
 """
 
 from __future__ import annotations

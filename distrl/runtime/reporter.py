@@ -143,8 +143,9 @@ def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, policy: Actor
     p = placement
     log.info("run directory %s", run_dir.resolve())
     log.info("%s: observations %s, %s | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
-             "%d thread(s) | %s", cfg.env.id, spec.obs_shape, spec.action_space.describe(), p.num_actors,
-             p.envs_per_actor, cfg.num_steps, cfg.batch_size, p.device, p.learner_threads, policy.describe())
+             "%d thread(s)%s | %s", cfg.env.id, spec.obs_shape, spec.action_space.describe(), p.num_actors,
+             p.envs_per_actor, cfg.num_steps, cfg.batch_size, p.device, p.learner_threads,
+             f", minibatches in {p.learner_split} parts" if p.learner_split > 1 else "", policy.describe())
     log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
     log.debug("%s", policy.learner)
     if ranks.enabled:

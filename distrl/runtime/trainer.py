@@ -210,7 +210,9 @@ class Trainer:
                          cfg.train.num_train_steps)
                 return self.counters
             threads_before = torch.get_num_threads()
-            torch.set_num_threads(self.placement.torch_threads)
+            # a split learner runs each part on one torch thread (a learner that cannot split, with a
+            # loss of its own or compiled, keeps its torch threads)
+            torch.set_num_threads(1 if self.learner.split is not None else self.placement.learner_threads)
             try:
                 with logs.above_the_bar(self.progress):
                     TrainingLoop(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,
