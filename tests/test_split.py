@@ -78,13 +78,14 @@ def test_learner_split_is_validated_and_sizes_the_threads():
         validate_config(compose_train(["experiment=cartpole", "learner_split=0"]))
     p = plan(compose_train(["experiment=cartpole", "learner_split=4", "learner_threads=2"]))
     assert (p.learner_split, p.learner_threads) == (4, 2)
-    p = plan(compose_train(["experiment=cartpole", "learner_split=auto"]), cores=2)  # IMPALA: one step a batch
-    assert p.learner_split == 1
-    p = plan(compose_train(["agent=appo", "train.th_compile=true"]), cores=2)  # the compiled step is unsplit
-    assert p.learner_split == 1
+    # IMPALA's one step a batch, and a compiled step, are not split
+    assert plan(compose_train(["experiment=cartpole", "precision=fp32"]), cores=2).learner_split == 1
+    assert plan(compose_train(["train.th_compile=true", "precision=fp32"]), cores=2).learner_split == 1
     for small in ("experiment=mujoco", "experiment=minigrid"):  # APPO, but a step too short to share
-        assert plan(compose_train([small]), cores=2).learner_split == 1, small
-    p = plan(compose_train(["device=cpu"]), cores=2)  # APPO on Pong's Nature CNN: split on both cores
+        assert plan(compose_train([small, "precision=fp32"]), cores=2).learner_split == 1, small
+    p = plan(compose_train(["device=cpu", "precision=fp32"]), cores=2)  # APPO, Pong's Nature CNN: both cores
     assert (p.learner_split, p.learner_threads) == (2, 2)
-    p = plan(compose_train(["device=cpu"]), cores=1)  # one core: nothing to share
+    p = plan(compose_train(["device=cpu", "precision=bf16"]), cores=2)  # unmeasured in bf16: unsplit
+    assert (p.learner_split, p.learner_threads) == (1, 1)
+    p = plan(compose_train(["device=cpu", "precision=fp32"]), cores=1)  # one core: nothing to share
     assert (p.learner_split, p.learner_threads) == (1, 1)

@@ -72,15 +72,16 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       (:func:`distrl.learning.distributed.take_core_share` restricts the process before this runs).
     - ``num_actors=auto``: with a CUDA learner, one actor per core but one; with a CPU learner half
       the cores (at least 1), since there the learner needs as many cores as the actors.
-    - ``learner_split=auto``: on 2 cores, a CPU learner whose agent makes several optimizer steps a
-      batch (APPO's, the bottleneck there) with the Nature CNN (:data:`SPLIT_ENCODERS`; a small
-      network's step is too short to share, the IMPALA ResNet's is unmeasured) splits each minibatch's network work in
-      :data:`SPLIT_PARTS` parts on threads (:mod:`distrl.learning.split`), so that it takes the time
-      the actor leaves on its core: Pong, APPO, 2-core Intel Xeon, fp32, T 1.26x one learner thread,
-      1.06x two torch threads unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"); elsewhere 1
-      (no split): on 1 core there is nothing to share, on more cores and with a GPU it is unmeasured,
-      IMPALA's one step a batch leaves the actors the bottleneck, and ``train.th_compile`` compiles
-      the unsplit step.
+    - ``learner_split=auto``: on 2 cores, a CPU learner in fp32 whose agent makes several
+      optimizer steps a batch (APPO's, the bottleneck there) with the Nature CNN
+      (:data:`SPLIT_ENCODERS`) splits each minibatch's network work in :data:`SPLIT_PARTS` parts on
+      threads (:mod:`distrl.learning.split`), so that it takes the time the actor leaves on its
+      core: Pong, APPO, 2-core Intel Xeon, fp32, T 1.26x one learner thread, 1.06x two torch threads
+      unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"). Elsewhere 1 (no split): on 1
+      core there is nothing to share; a small network's step is too short to share (MuJoCo's MLP);
+      IMPALA's one step a batch leaves the actors the bottleneck; ``train.th_compile`` compiles the
+      unsplit step; the IMPALA ResNet, more cores, a GPU and bf16 are unmeasured (on a 2-core
+      AVX512-BF16 EPYC in bf16 a second torch thread lost: T 960 against 1,061 with one).
     - ``learner_threads=auto``: with a split, every core (the parts' threads share the actors'
       cores); otherwise the cores the actors leave (at least 1).
     - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
@@ -114,10 +115,12 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     else:
         num_actors = max(1, cores - 1) if device.type == "cuda" else max(1, cores // 2)
     steps_a_batch = int(cfg.agent.num_epochs) * int(cfg.agent.get("num_minibatches", 1))
+    precision, reason = resolve_precision(cfg.get("precision", "fp32"), device)
     learner_split = cfg.get("learner_split", 1)
     if learner_split == "auto":
-        learner_split = (SPLIT_PARTS if device.type == "cpu" and steps_a_batch > 1 and cores == 2
-                         and cfg.model.encoder in SPLIT_ENCODERS and not cfg.train.get("th_compile", False) else 1)
+        measured = (device.type == "cpu" and cores == 2 and precision == "fp32" and steps_a_batch > 1
+                    and cfg.model.encoder in SPLIT_ENCODERS and not cfg.train.get("th_compile", False))
+        learner_split = SPLIT_PARTS if measured else 1
     if cfg.learner_threads != "auto":
         learner_threads = int(cfg.learner_threads)
     else:
@@ -149,6 +152,5 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     if "async_step" in env_cfg:
         env_cfg["async_step"] = async_step
-    precision, reason = resolve_precision(cfg.get("precision", "fp32"), device)
     return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, learner_split, async_step,
                      actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")))
