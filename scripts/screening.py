@@ -10,7 +10,8 @@ the agent steps reached, the mean training return of the episodes that ended in 
 (``n/a`` for a window without one), the last evaluation, the last logged entropy of the policy in
 nats (a uniform policy's is ``ln A``: 2.89 for 18 actions, 1.79 for 6), the last
 ``dormant/<layer>`` shares (Sokar et al. 2023's
-tau-dormant units, tau 0.025, as distrl logs them) and the median SPS.
+tau-dormant units, tau 0.025, as distrl logs them), the last feature rank (``rank/features``,
+Kumar et al. 2021's srank of the encoder's output; empty for a run that predates it) and the median SPS.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def read(run_dir: Path, window: int) -> dict:
     cfg = runs.config(run_dir)
     windows: dict[int, list[float]] = {}
     last = {"agent_steps": 0}
-    evals, sps, entropy, dormant = [], [], None, {}
+    evals, sps, entropy, dormant, rank = [], [], None, {}, None
     for record in runs.metrics(run_dir):
         last["agent_steps"] = max(last["agent_steps"], record.get("agent_steps", 0))
         if "charts/episodic_return" in record:
@@ -41,6 +42,7 @@ def read(run_dir: Path, window: int) -> dict:
         found = {k.split("/", 1)[1]: v for k, v in record.items() if k.startswith("dormant/")}
         if found:
             dormant = found
+        rank = record.get("rank/features", rank)
     agent = cfg["agent"]
     return {
         "game": cfg["env"]["id"].split("/")[-1].removesuffix("-v5"),
@@ -55,6 +57,7 @@ def read(run_dir: Path, window: int) -> dict:
         "eval": evals[-1] if evals else None,
         "entropy": entropy,
         "dormant": dormant,
+        "rank": rank,
         "sps": statistics.median(sps) if sps else None,
     }
 
@@ -70,7 +73,7 @@ def row(run: dict) -> str:
     dormant = ", ".join(f"{k} {v:.2f}" for k, v in run["dormant"].items())
     cells = [run["game"], run["candidate"], str(run["seed"]), f"{run['agent_steps'] / 1e6:.2f}M", windows,
              "" if run["eval"] is None else _score(run["eval"]), entropy, dormant,
-             "" if run["sps"] is None else f"{run['sps']:,.0f}"]
+             "" if run["rank"] is None else f"{run['rank']:.0f}", "" if run["sps"] is None else f"{run['sps']:,.0f}"]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -80,8 +83,8 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=500_000, help="agent steps per window of training returns")
     args = parser.parse_args()
     print(f"| game | candidate | seed | agent steps | training return per {args.window / 1e6:g}M window | last eval "
-          "| entropy (nats) | dormant (last) | SPS |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| entropy (nats) | dormant (last) | feature rank (last) | SPS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for run_dir in args.runs:
         print(row(read(run_dir, args.window)))
 
