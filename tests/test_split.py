@@ -76,6 +76,8 @@ def _initial(overrides: list[str]) -> list[torch.Tensor]:
 def test_learner_split_is_validated_and_sizes_the_threads():
     with pytest.raises(ConfigError, match="learner_split=0 is not allowed"):
         validate_config(compose_train(["experiment=cartpole", "learner_split=0"]))
+    with pytest.raises(ConfigError, match="learner_split=2 is not allowed: 1 or auto with train.th_compile=true"):
+        validate_config(compose_train(["experiment=cartpole", "learner_split=2", "train.th_compile=true"]))
     p = plan(compose_train(["experiment=cartpole", "learner_split=4", "learner_threads=2"]))
     assert (p.learner_split, p.learner_threads) == (4, 2)
     # IMPALA's one step a batch, and a compiled step, are not split

@@ -191,6 +191,8 @@ def _validate_run(cfg: DictConfig) -> None:
     check(mode in COMPILE_MODES, "train.compile_mode", mode, ", ".join(COMPILE_MODES))
     check(mode == "default" or cfg.train.th_compile, "train.compile_mode", mode,
            "default, unless train.th_compile=true (the mode is torch.compile's)")
+    check(cfg.learner_split in (1, "auto") or not cfg.train.th_compile, "learner_split", cfg.learner_split,
+          "1 or auto with train.th_compile=true (the compiled step is not split)")
     value = cfg.train.max_actor_restarts
     check(isinstance(value, int) and value >= 0, "train.max_actor_restarts", value, "must be an integer >= 0")
     for key in ("stall_timeout", "actor_restart_window"):
