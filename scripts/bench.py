@@ -219,7 +219,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     from distrl.learning.batches import BatchSource
     from distrl.learning.learner import Learner, make_optimizer
     from distrl.learning.schedule import Schedule
-    from distrl.learning.split import split_step
+    from distrl.learning.split import split_step, torch_threads
     from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
     from distrl.sampling.slots import Slots
@@ -237,7 +237,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
                       precision=placement.precision, compile_mode=cfg.train.compile_mode,
                       split=split_step(placement))
-    torch.set_num_threads(1 if learner.split is not None else placement.learner_threads)
+    torch.set_num_threads(torch_threads(learner.split, placement.learner_threads))
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
     slots = Slots(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))

@@ -28,7 +28,6 @@ from distrl.config.placement import Placement
 
 Forward = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
 LossOf = Callable[[torch.Tensor, torch.Tensor], tuple]
-NETWORK_INPUTS = ("obs", "first", "core_h", "core_c", "last_action", "last_reward")  # what the network reads
 
 
 class SplitStep:
@@ -58,8 +57,8 @@ class SplitStep:
                 ``[rows, b, ...]`` with ``b`` the part's width.
             loss_of: the agent's loss of the whole batch from the joined outputs (a
                 :class:`distrl.learning.losses.LossTerms`, or a tuple whose first term is the total).
-            batch: a ``[rows, B]`` (mini)batch; the tensors the network reads (:data:`NETWORK_INPUTS`)
-                are split along dim 1 (``core_h``/``core_c`` are ``[1, B, H]``).
+            batch: a ``[rows, B]`` (mini)batch; every tensor of 2 or more dimensions is split along
+                dim 1, as views (``[rows, B, ...]``, and ``core_h``/``core_c`` ``[1, B, H]``).
             parameters: the learner network's parameters, whose gradients are set.
 
         Returns:
@@ -67,7 +66,7 @@ class SplitStep:
         """
         width = batch["obs"].shape[1]
         bounds = _bounds(width, min(self.parts, width))
-        pieces = [{key: batch[key][:, start:stop] for key in NETWORK_INPUTS if key in batch}
+        pieces = [{key: value[:, start:stop] for key, value in batch.items() if value.dim() >= 2}
                   for start, stop in bounds]
         outputs = list(self.pool.map(forward, pieces))
         joined = [torch.cat([out[i].detach() for out in outputs], dim=1).requires_grad_() for i in range(2)]
@@ -83,7 +82,9 @@ class SplitStep:
         grads = list(self.pool.map(backward, range(len(bounds))))
         for i, parameter in enumerate(parameters):
             shares = [g[i] for g in grads if g[i] is not None]
-            parameter.grad = None if not shares else torch.stack(shares).sum(0) if len(shares) > 1 else shares[0]
+            for share in shares[1:]:  # in place into the first part's fresh gradient, in the parts' order
+                shares[0].add_(share)
+            parameter.grad = shares[0] if shares else None
         return terms
 
 
@@ -91,6 +92,12 @@ def split_step(placement: Placement) -> SplitStep | None:
     """The learner's :class:`SplitStep` for a run's placement, or None without a split
     (``learner_split=1``)."""
     return SplitStep(placement.learner_split, placement.learner_threads) if placement.learner_split > 1 else None
+
+
+def torch_threads(split: SplitStep | None, learner_threads: int) -> int:
+    """The learner process's ``torch.set_num_threads``: one per part's thread with a split, else
+    ``learner_threads``."""
+    return 1 if split is not None else learner_threads
 
 
 def _bounds(width: int, parts: int) -> list[tuple[int, int]]:

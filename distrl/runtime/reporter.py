@@ -89,7 +89,7 @@ class Reporter:
         :func:`distrl.nn.dormant.feature_health` on up to ``DORMANT_OBSERVATIONS`` observations of the
         learner's last batch, under its lock: the weights of one moment; returns this moment as the
         next ``last_log``."""
-        measured = self.dormant_scalars() if dormant else {}  # before the clock: it takes a moment
+        measured = self.feature_scalars() if dormant else {}  # before the clock: it takes a moment
         timed = self.learner_time()  # may wait for an update to end: the clock is read after it, so that
         now = time.perf_counter()     # SPS's interval is the one between the log records' times
         (then, steps_then, (updates_then, seconds_then)), (updates, seconds) = last_log, timed
@@ -117,7 +117,7 @@ class Reporter:
         return now, steps, timed
 
 
-    def dormant_scalars(self) -> dict[str, float]:
+    def feature_scalars(self) -> dict[str, float]:
         with self.learner.lock:
             obs = self.learner.last_obs
             if obs is None:

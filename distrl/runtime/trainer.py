@@ -30,7 +30,7 @@ from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner, make_optimizer
 from distrl.learning.schedule import Position, Schedule
-from distrl.learning.split import split_step
+from distrl.learning.split import split_step, torch_threads
 from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
@@ -210,9 +210,8 @@ class Trainer:
                          cfg.train.num_train_steps)
                 return self.counters
             threads_before = torch.get_num_threads()
-            # a split learner runs each part on one torch thread (a learner that cannot split, with a
-            # loss of its own or compiled, keeps its torch threads)
-            torch.set_num_threads(1 if self.learner.split is not None else self.placement.learner_threads)
+            # a learner that cannot split (a loss of its own) keeps its torch threads
+            torch.set_num_threads(torch_threads(self.learner.split, self.placement.learner_threads))
             try:
                 with logs.above_the_bar(self.progress):
                     TrainingLoop(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,
