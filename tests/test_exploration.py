@@ -82,6 +82,14 @@ def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path)
     # docs/exploration.md), and a test must not pass or fail by chance.
     assert successes(tmp_path / "none") < 5 and max(evals(tmp_path / "none")) == 0.0
     assert successes(tmp_path / "re3") >= 20 and max(evals(tmp_path / "re3")) > 0.0
+    # the chain's env.success_above (0) makes the success rates of training and evaluations
+    for name in ("none", "re3"):
+        records = metrics(tmp_path / name)
+        train_rates = [r["charts/success_rate"] for r in records if "charts/success_rate" in r]
+        eval_rates = [r["eval/success_rate"] for r in records if "eval/success_rate" in r]
+        assert train_rates and len(eval_rates) == len(evals(tmp_path / name))
+        assert (max(eval_rates) > 0) == (name == "re3")
+    assert max(train_rates) > 0  # re3's
     records = metrics(tmp_path / "rnd")
     logged = [r for r in records if "charts/intrinsic_reward" in r]
     assert logged and all({"charts/intrinsic_reward_raw", "charts/intrinsic_coef", "losses/intrinsic"} <= set(r)

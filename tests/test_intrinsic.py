@@ -288,6 +288,20 @@ def test_the_episodic_choice_adds_the_weighted_intrinsic_reward_to_the_extrinsic
     assert losses["intrinsic_reward_raw"] > 0 and losses["intrinsic_reward"] > 0
 
 
+def test_the_intrinsic_share_is_the_weighted_bonus_part_of_the_reward_the_loss_sees():
+    learner, policy = _learner(["intrinsic=rnd", "agent.reward_clip=1.0"])
+    batch = on_policy_batch(policy)
+    steps = batch["reward"][:-1]
+    batch["reward"] = torch.zeros_like(batch["reward"])
+    batch["reward"][0, 0], batch["reward"][1, 1] = 5.0, -0.5  # clipped: 1 + 0.5 paid
+    batch["intrinsic_reward"] = torch.full_like(steps, 0.25)
+    paid = 0.4 * 0.25 * steps.numel()
+    assert learner.agent_loss.intrinsic_share(batch, 0.4) == pytest.approx(paid / (paid + 1.5))
+    assert learner.agent_loss.intrinsic_share(batch, 0.0) == 0.0
+    batch["reward"].zero_()
+    assert learner.agent_loss.intrinsic_share(batch, 0.4) == 1.0
+
+
 def targets(learner, batch, logits, values, coef=0.0):
     """The learner's agent's V-trace targets: ``(advantages, [vs - V per value head])``."""
     out = learner.agent_loss.targets(batch, logits, values, coef)
@@ -382,6 +396,8 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     records = metrics(run)
     assert any("charts/episodic_return" in r for r in records)
     assert any(r.get("charts/intrinsic_reward", 0) > 0 for r in records)
+    # reward-free: the whole reward paid is the bonus
+    assert all(r["charts/intrinsic_share"] == 1.0 for r in records if r.get("charts/intrinsic_reward", 0) > 0)
 
     resumed = Trainer(compose_train([*common, "intrinsic=rnd", "train.pretraining=true",
                                                 "train.num_train_steps=6000", f"resume={run}"]), tmp_path / "r")
@@ -430,6 +446,10 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
     records = metrics(tmp_path)
     logged = [r for r in records if "charts/intrinsic_reward_raw" in r]
     assert logged and all(r["charts/intrinsic_reward_raw"] > 0 and r["losses/intrinsic"] > 0 for r in logged)
+    # the chain pays nothing to random play: the bonus is all the reward, and no episode succeeded
+    assert all(r["charts/intrinsic_share"] == 1.0 for r in logged)
+    rates = [r["charts/success_rate"] for r in records if "charts/success_rate" in r]
+    assert rates and set(rates) == {0.0}
     module = trainer.intrinsic
     for actor_p, learner_p in zip(module.actor_bonus.encoder.parameters(), module.encoder.parameters(), strict=True):
         assert torch.equal(actor_p, learner_p.cpu())

@@ -46,13 +46,14 @@ class AtariEnvConfig:
 
 @dataclass
 class GymEnvConfig:
-    """Any registered Gymnasium id with discrete actions; values in conf/env/gym.yaml."""
+    """Any registered Gymnasium id; values in conf/env/gym.yaml."""
 
     kind: str = MISSING
     id: str = MISSING
     max_episode_steps: int | None = MISSING  # None: the id's registered limit
     spec: str | None = MISSING  # set by the Python API: a gymnasium.make env's EnvSpec as JSON
     factory: str | None = MISSING  # set by the Python API: a zero-argument env factory, pickled (base64)
+    success_above: float | None = None  # an episode whose return is above this succeeded (charts/success_rate)
 
 
 @dataclass

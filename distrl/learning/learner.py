@@ -161,8 +161,10 @@ class Learner:
             ``learning_rate`` and ``entropy_cost`` those this update used; ``finite`` a bool;
             ``publish_seconds`` the wall time of copying the weights to the actors. With an
             intrinsic reward also ``intrinsic_reward_raw`` and ``intrinsic_reward`` (mean per step,
-            before and after normalisation), ``intrinsic_coef`` and ``intrinsic_loss`` (the
-            module's own loss; 0 for a module that trains nothing).
+            before and after normalisation), ``intrinsic_coef``, ``intrinsic_share`` (the weighted
+            bonus's share of the reward paid,
+            :meth:`distrl.learning.losses.base.AgentLoss.intrinsic_share`) and ``intrinsic_loss``
+            (the module's own loss; 0 for a module that trains nothing).
         """
         stop = stop if stop is not None else self.stop
         with self.lock:
@@ -174,7 +176,8 @@ class Learner:
                 raw, normalised = self.intrinsic.rewards(batch)
                 batch = {**batch, "intrinsic_reward": normalised}
                 intrinsic = {"intrinsic_reward_raw": raw.mean().item(), "intrinsic_reward": normalised.mean().item(),
-                             "intrinsic_coef": position.intrinsic_coef}
+                             "intrinsic_coef": position.intrinsic_coef,
+                             "intrinsic_share": self.agent_loss.intrinsic_share(batch, position.intrinsic_coef)}
             if self.agent_loss.minibatch == "steps":  # the targets once, with the weights of now
                 with torch.no_grad():
                     params, values = self._forward(batch)

@@ -100,7 +100,7 @@ class TrainingLoop:
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
         self.reporter = Reporter(self.telemetry, channels, self.ranks, self.learner, self.stats, self.workers,
-                                 self.policy, self.spec.frameskip)
+                                 self.policy, self.spec.frameskip, cfg.env.get("success_above"))
         self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
                                        p.actor_precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"

@@ -48,12 +48,18 @@ class Reporter:
         workers: the actor restarts to log.
         policy: the network whose encoder's dormant units are measured.
         frameskip: frames per agent step (FPS beside SPS).
+        success_above: an episode whose return is above this succeeded (``env.success_above``):
+            ``charts/success_rate`` over each log interval's episodes and ``eval/success_rate``;
+            None: neither is logged.
     """
 
     def __init__(self, telemetry: Telemetry | NullTelemetry, channels: Channels, ranks: Ranks, learner: Learner,
-                 stats: LearnerStats, workers: Workers, policy: ActorLearner, frameskip: int):
+                 stats: LearnerStats, workers: Workers, policy: ActorLearner, frameskip: int,
+                 success_above: float | None = None):
         self.telemetry, self.channels, self.ranks, self.learner, self.stats = telemetry, channels, ranks, learner, stats
         self.workers, self.policy, self.frameskip = workers, policy, frameskip
+        self.success_above = success_above
+        self.interval_episodes = self.interval_successes = 0  # since the last log record
 
     def finished_episodes(self) -> list[tuple[float, int]]:
         """Episodes finished since the last tick, ``(raw return, length)``: this rank's actors' and, on
@@ -72,6 +78,8 @@ class Reporter:
         append their returns to ``recent_returns`` (the progress line's window)."""
         for episode_return, episode_length in episodes:
             recent_returns.append(episode_return)
+            self.interval_episodes += 1
+            self.interval_successes += self.success_above is not None and episode_return > self.success_above
             self.telemetry.log({"charts/episodic_return": episode_return,
                                 "charts/episodic_length": episode_length}, steps)
 
@@ -83,12 +91,12 @@ class Reporter:
 
 
     def log_training(self, steps: int, last_log: tuple, recent_returns: deque, dormant: bool = False) -> tuple:
-        """Log SPS (over the whole log interval since ``last_log``), the learner's losses and where its
-        time went (ms per update), with ``dormant`` the share of dormant units of each encoder layer
-        (``dormant/<layer>``) and the approximate rank of its output features (``rank/features``),
-        :func:`distrl.nn.dormant.feature_health` on up to ``DORMANT_OBSERVATIONS`` observations of the
-        learner's last batch, under its lock: the weights of one moment; returns this moment as the
-        next ``last_log``."""
+        """Log SPS (over the whole log interval since ``last_log``), the learner's losses, where its
+        time went (ms per update) and the interval's episodes' success rate, with ``dormant`` the
+        share of dormant units of each encoder layer (``dormant/<layer>``) and the approximate rank
+        of its output features (``rank/features``), :func:`distrl.nn.dormant.feature_health` on up
+        to ``DORMANT_OBSERVATIONS`` observations of the learner's last batch, under its lock: the
+        weights of one moment; returns this moment as the next ``last_log``."""
         measured = self.feature_scalars() if dormant else {}  # before the clock: it takes a moment
         timed = self.learner_time()  # may wait for an update to end: the clock is read after it, so that
         now = time.perf_counter()     # SPS's interval is the one between the log records' times
@@ -98,12 +106,16 @@ class Reporter:
                    "charts/policy_lag": self.stats.policy_lag, "charts/actor_restarts": self.workers.restarts,
                    "losses/nonfinite_updates": self.stats.nonfinite_updates}
         last = dict(self.stats.last)
-        charts = ("learning_rate", "entropy_cost", "intrinsic_reward", "intrinsic_reward_raw", "intrinsic_coef")
+        charts = ("learning_rate", "entropy_cost", "intrinsic_reward", "intrinsic_reward_raw", "intrinsic_coef",
+                  "intrinsic_share")
         for name, value in last.items():  # an update override (distrl.compat) may add metrics of its own
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 key = "losses/intrinsic" if name == "intrinsic_loss" else f"losses/{name}"
                 scalars["charts/" + name if name in charts else key] = value
         scalars.update(measured)
+        if self.success_above is not None and self.interval_episodes:
+            scalars["charts/success_rate"] = self.interval_successes / self.interval_episodes
+        self.interval_episodes = self.interval_successes = 0
         if updates > updates_then:
             scalars.update({f"perf/learner_{name}_ms": 1000 * (seconds[name] - seconds_then[name])
                             / (updates - updates_then) for name in seconds})
@@ -132,7 +144,10 @@ class Reporter:
         """Log an evaluation of the weights taken at ``step`` agent steps (none with no episode)."""
         if not result.returns:
             return
-        self.telemetry.log({"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}, step)
+        scalars = {"eval/mean_return": result.mean_return, "eval/std_return": result.std_return}
+        if self.success_above is not None:
+            scalars["eval/success_rate"] = float(np.mean(np.asarray(result.returns) > self.success_above))
+        self.telemetry.log(scalars, step)
         log.info("eval at %d steps: return %.2f +- %.2f over %d episodes", step, result.mean_return,
                  result.std_return, len(result.returns))
 

@@ -147,14 +147,9 @@ class AgentLoss:
         with one head (``intrinsic.episodic``), the extrinsic stream's reward is the extrinsic one plus
         ``intrinsic_coef`` times it.
         """
-        agent = self.agent
         two_heads = values.dim() == 3
         values, intrinsic_values = (values[..., 0], values[..., 1]) if two_heads else (values, None)
-        rewards = batch["reward"][STEPS]
-        if agent.reward_clip is not None:
-            rewards = rewards.clamp(-agent.reward_clip, agent.reward_clip)
-        if self.pretraining:
-            rewards = torch.zeros_like(rewards)
+        rewards = self.extrinsic_rewards(batch)
         if "intrinsic_reward" in batch and not two_heads:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         baseline = values[STEPS]
@@ -167,6 +162,24 @@ class AgentLoss:
                                    intrinsic_baseline, intrinsic_values[BOOTSTRAP],
                                    torch.zeros_like(intrinsic_baseline)), intrinsic_coef))
         return streams
+
+    def extrinsic_rewards(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[T, B]``: the extrinsic rewards the loss sees, the batch's clipped to ``agent.reward_clip``
+        (0 when pretraining)."""
+        rewards = batch["reward"][STEPS]
+        if self.agent.reward_clip is not None:
+            rewards = rewards.clamp(-self.agent.reward_clip, self.agent.reward_clip)
+        return torch.zeros_like(rewards) if self.pretraining else rewards
+
+    def intrinsic_share(self, batch: dict[str, torch.Tensor], intrinsic_coef: float) -> float:
+        """The intrinsic part of the reward the agent is paid over the batch's ``T x B`` steps:
+        ``coef x sum |r_int| / (coef x sum |r_int| + sum |r_ext|)``, with ``r_int`` the normalised
+        intrinsic rewards (``batch["intrinsic_reward"]``) and ``r_ext`` :meth:`extrinsic_rewards`; an
+        episode's sums are its length times the per-step means, so this is also the bonus's share of
+        an episode's reward. Near 1, the bonus drowns the task's reward; 0 with nothing paid."""
+        intrinsic = intrinsic_coef * batch["intrinsic_reward"].abs().sum().item()
+        extrinsic = self.extrinsic_rewards(batch).abs().sum().item()
+        return intrinsic / (intrinsic + extrinsic) if intrinsic + extrinsic > 0 else 0.0
 
     def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                 intrinsic_coef: float = 0.0, standardise: bool = True) -> Targets:
