@@ -155,3 +155,40 @@ def test_steps_minibatches_are_refused_with_an_lstm_and_where_they_do_not_divide
         cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.minibatch=steps", *overrides])
         with pytest.raises(ConfigError, match=key):
             validate_config(cfg)
+
+
+def test_pfo_adds_the_weighted_drift_of_the_encoders_preactivations_from_the_updates_start():
+    """``agent.pfo_coef``: the loss adds coef x mean (phi - phi_old)^2 over the steps and features, phi
+    the encoder's output before its activation (here the MLP's last tanh); phi_old is taken at the
+    update's start, so the first optimizer step sees no drift and the later ones move the weights
+    differently from the same update without PFO."""
+    from distrl.learning.losses.base import OLD_PREACTIVATIONS
+
+    learner, policy = _appo(["agent.pfo_coef=0.5", "agent.num_epochs=2"])
+    batch = on_policy_batch(policy)
+    with torch.no_grad():
+        _, _, _, pre = policy.learner(batch["obs"], batch["first"], with_preactivations=True)
+        features = policy.learner.encoder(batch["obs"].flatten(0, 1))
+    assert pre.shape == (T + 1, B, features.shape[-1])
+    torch.testing.assert_close(torch.tanh(pre.flatten(0, 1)), features)  # the activation's input
+    plain, _ = _appo(["agent.num_epochs=2"])
+    moved = {**batch, OLD_PREACTIVATIONS: pre + 0.1}
+    got, want = learner.loss(moved, 0.01), plain.loss(batch, 0.01)
+    assert got.diagnostics["feature_drift"].item() == pytest.approx(0.01, rel=1e-4)
+    assert got.total.item() == pytest.approx(want.total.item() + 0.5 * 0.01, rel=1e-5)
+
+    losses = learner.update(batch)  # 2 optimizer steps: the drift reported is the last one's, before its step
+    assert losses["feature_drift"] > 0.0 and "feature_drift" not in plain.update(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(policy.learner.parameters(),
+                                                     plain.policy.learner.parameters(), strict=True))
+
+
+def test_pfo_is_refused_where_it_cannot_act():
+    from distrl.config.schema import ConfigError
+    from distrl.config.validation import validate_config
+
+    with pytest.raises(ConfigError, match="agent.pfo_coef=-1.0 is not allowed: a number >= 0"):
+        validate_config(compose_train(["experiment=cartpole", "agent=appo", "agent.pfo_coef=-1"]))
+    with pytest.raises(ConfigError, match="agent.pfo_coef=1.0 is not allowed: 0 with one optimizer step a batch"):
+        validate_config(compose_train(["experiment=cartpole", "agent=impala", "agent.pfo_coef=1"]))
+    validate_config(compose_train(["experiment=cartpole", "agent=appo", "agent.pfo_coef=1"]))

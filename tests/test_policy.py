@@ -62,6 +62,28 @@ def test_every_encoder_runs_an_unroll():
         assert all(p.grad is not None for p in policy.learner.parameters())
 
 
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_every_encoder_gives_its_features_preactivations(layer_norm):
+    """``with_preactivations`` (what PFO regularises): the encoder's last linear layer's output, whose
+    (normalisation and) activation are the features the heads read; the outputs are unchanged."""
+    from distrl.nn.encoders import make_encoder
+
+    images = torch.randint(0, 255, (3, 4, 84, 84), dtype=torch.uint8)
+    cells = torch.randint(0, 10, (3, 3, 7, 7), dtype=torch.uint8)
+    for model, obs in (("nature_cnn", images), ("impala_resnet", images), ("minigrid_cnn", cells),
+                       ("mlp", torch.randn(3, 4))):
+        if layer_norm and model == "impala_resnet":
+            continue  # refused: it has no LayerNorm
+        cfg = compose_train([f"model={model}", f"model.layer_norm={str(layer_norm).lower()}"]).model
+        encoder = make_encoder(tuple(obs.shape[1:]), cfg)
+        features, pre = encoder.forward_with_preactivation(obs)
+        torch.testing.assert_close(features, encoder(obs))
+        activation = torch.tanh if model == "mlp" else torch.relu
+        norm = torch.nn.functional.layer_norm(pre, pre.shape[-1:]) if layer_norm else pre  # affine at init: 1, 0
+        torch.testing.assert_close(features, activation(norm))
+        assert pre.shape == (3, cfg.feature_dim) and (pre < 0).any()
+
+
 def test_the_previous_action_and_reward_count_within_an_episode_only():
     cfg = compose_train(["env=atari", "model.last_action_reward=true"])
     net = ActorLearner((4, 84, 84), 6, cfg.model).learner

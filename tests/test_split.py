@@ -48,8 +48,9 @@ def _updated(overrides: list[str], split: SplitStep | None) -> tuple[dict, list[
     return losses, [p.detach().clone() for p in policy.learner.parameters()]
 
 
-@pytest.mark.parametrize("overrides", [[], ["model.use_lstm=true"], ["agent.minibatch=steps"]],
-                         ids=["unrolls", "lstm", "steps"])
+@pytest.mark.parametrize("overrides", [[], ["model.use_lstm=true"], ["agent.minibatch=steps"], ["agent.pfo_coef=1"],
+                                       ["agent.minibatch=steps", "agent.pfo_coef=1"]],
+                         ids=["unrolls", "lstm", "steps", "pfo", "pfo-steps"])
 def test_a_split_step_gives_the_unsplit_losses_and_weights(overrides):
     """4 optimizer steps (2 epochs x 2 minibatches) of APPO on an off-policy batch; the split one
     in 2 parts (3 unrolls or steps each) or 3, on 2 threads; LSTM states split with their unrolls."""

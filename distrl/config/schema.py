@@ -53,7 +53,7 @@ class GymEnvConfig:
     max_episode_steps: int | None = MISSING  # None: the id's registered limit
     spec: str | None = MISSING  # set by the Python API: a gymnasium.make env's EnvSpec as JSON
     factory: str | None = MISSING  # set by the Python API: a zero-argument env factory, pickled (base64)
-    success_above: float | None = None  # an episode whose return is above this succeeded (charts/success_rate)
+    success_above: float | None = MISSING  # an episode whose return is above this succeeded (charts/success_rate)
 
 
 @dataclass
@@ -88,6 +88,9 @@ class AgentConfig:
     # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
     normalize_returns: bool = MISSING
+    # PFO (Moalla et al. 2024): the weight of the encoder's feature drift within an update, 0: none
+    # (distrl/learning/losses/base.py, AgentLoss.feature_drift)
+    pfo_coef: float = MISSING
 
 
 @dataclass

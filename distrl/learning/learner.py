@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from distrl.intrinsic import IntrinsicReward
 from distrl.learning.distributed import Ranks
 from distrl.learning.losses import LossTerms, make_loss
+from distrl.learning.losses.base import OLD_PREACTIVATIONS
 from distrl.learning.schedule import Position, Schedule
 from distrl.learning.split import SplitStep
 from distrl.nn.actor_learner import ActorLearner
@@ -37,6 +38,7 @@ from distrl.nn.precision import autocast
 log = logging.getLogger(__name__)
 
 LOSS_NAMES = ("total", "policy", "value", "entropy", "grad_norm")
+LAST_STEP_SCALARS = ("feature_drift",)  # reported from an update's last optimizer step, the rest from its first
 
 
 def make_optimizer(policy: ActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
@@ -97,6 +99,7 @@ class Learner:
         self.schedule = schedule
         self.agent = agent
         self.agent_loss = make_loss(agent, policy.learner.action_space, pretraining)
+        self.pfo = self.agent_loss.pfo_coef > 0  # the network also gives its pre-activations (AgentLoss.feature_drift)
         # the minibatches' order (agent.num_minibatches), from the run's seed (torch.manual_seed)
         self.generator = torch.Generator().manual_seed(torch.initial_seed())
         self.device = device
@@ -151,13 +154,17 @@ class Learner:
         With an intrinsic reward module, its rewards are computed once, before the epochs, and the
         module is trained on the batch after them (not after a non-finite update). The network's
         running statistics are updated from the batch first (:func:`distrl.nn.normalization.normalise_batch`).
+        With PFO (``agent.pfo_coef > 0``) the encoder's pre-activations on the batch are taken before
+        the first optimizer step: the anchor of :meth:`distrl.learning.losses.base.AgentLoss.feature_drift`.
 
         Returns:
             ``{"total", "policy", "value", "entropy", "grad_norm", "learning_rate", "entropy_cost",
             "finite", "publish_seconds"}`` and the loss's diagnostics (APPO's ``clip_fraction`` and
-            ``approx_kl``): the first optimizer step's losses, gradient norm and diagnostics (the
-            batch against the weights it found: for APPO's, how far the learner's policy has moved
-            from the behaviour policy that acted), or those of the non-finite epoch, floats;
+            ``approx_kl``; with PFO ``feature_drift``): the first optimizer step's losses, gradient
+            norm and diagnostics (the batch against the weights it found: for APPO's, how far the
+            learner's policy has moved from the behaviour policy that acted; PFO's drift the last
+            step's, how far the features moved within the update), or those of the non-finite
+            epoch, floats;
             ``learning_rate`` and ``entropy_cost`` those this update used; ``finite`` a bool;
             ``publish_seconds`` the wall time of copying the weights to the actors. With an
             intrinsic reward also ``intrinsic_reward_raw`` and ``intrinsic_reward`` (mean per step,
@@ -178,16 +185,21 @@ class Learner:
                 intrinsic = {"intrinsic_reward_raw": raw.mean().item(), "intrinsic_reward": normalised.mean().item(),
                              "intrinsic_coef": position.intrinsic_coef,
                              "intrinsic_share": self.agent_loss.intrinsic_share(batch, position.intrinsic_coef)}
-            if self.agent_loss.minibatch == "steps":  # the targets once, with the weights of now
+            if self.agent_loss.minibatch == "steps" or self.pfo:  # the targets, PFO's anchor: the weights of now
                 with torch.no_grad():
-                    params, values = self._forward(batch)
-                batch = {**batch, **self.agent_loss.batch_targets(batch, params, values, position.intrinsic_coef)}
+                    params, values, *preactivations = self._forward(batch)
+                if self.pfo:
+                    batch = {**batch, OLD_PREACTIVATIONS: preactivations[0].float()}
+                if self.agent_loss.minibatch == "steps":
+                    batch = {**batch, **self.agent_loss.batch_targets(batch, params, values, position.intrinsic_coef)}
             plan = (minibatch for _ in range(self.agent_loss.num_epochs)
                     for minibatch in self.agent_loss.minibatches(batch, self.generator))
             for step, minibatch in enumerate(plan):
                 scalars, finite = self._optimizer_step(minibatch, position.entropy_cost, stop, position.intrinsic_coef)
                 if step == 0 or not finite:
                     reported = scalars
+                else:  # PFO's drift is 0 at the first step, by construction: the last step's says how far it went
+                    reported.update({key: scalars[key] for key in LAST_STEP_SCALARS if key in scalars})
                 if not finite:
                     break
             steps = step + finite  # optimizer steps made
@@ -226,17 +238,19 @@ class Learner:
     def _network_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float | torch.Tensor,
                       intrinsic_coef: float | torch.Tensor) -> LossTerms:
         """:meth:`loss` uncompiled; the two coefficients as floats or 0-d tensors (:meth:`_compiled_loss`)."""
-        params, values = self._forward(batch)
-        return self.agent_loss(batch, params, values, entropy_cost, intrinsic_coef)
+        params, values, *preactivations = self._forward(batch)
+        return self.agent_loss(batch, params, values, entropy_cost, intrinsic_coef, *preactivations)
 
-    def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """The learner network on every row of ``batch`` (``[T+1, B]``, or a ``[1, n]`` minibatch of
-        steps): its policy parameters and values, with the run's precision."""
+        steps): its policy parameters and values, with the run's precision; with PFO
+        (``agent.pfo_coef > 0``) also the encoder's pre-activations, ``[rows, B, feature_dim]``."""
         core = (batch["core_h"], batch["core_c"]) if "core_h" in batch else ()
         with autocast(self.precision, self.device):
-            params, values, _ = self.policy.learner(batch["obs"], batch["first"], core,
-                                                    batch.get("last_action"), batch.get("last_reward"))
-        return params, values
+            params, values, _, *preactivations = self.policy.learner(
+                batch["obs"], batch["first"], core, batch.get("last_action"), batch.get("last_reward"),
+                with_preactivations=self.pfo)
+        return params, values, *preactivations
 
     def _optimizer_step(self, batch: dict[str, torch.Tensor], entropy_cost: float,
                         stop: threading.Event | None, intrinsic_coef: float = 0.0) -> tuple[dict[str, float], bool]:
@@ -249,8 +263,8 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         if self.split is not None:
             terms = self.split.loss_and_gradients(
-                self._forward, lambda params, values: self.agent_loss(batch, params, values, entropy_cost,
-                                                                      intrinsic_coef), batch, parameters)
+                self._forward, lambda params, values, *pre: self.agent_loss(batch, params, values, entropy_cost,
+                                                                            intrinsic_coef, *pre), batch, parameters)
         else:
             terms = self.loss(batch, entropy_cost, intrinsic_coef)
             terms[0].backward()

@@ -26,8 +26,8 @@ import torch
 
 from distrl.config.placement import Placement
 
-Forward = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
-LossOf = Callable[[torch.Tensor, torch.Tensor], tuple]
+Forward = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]
+LossOf = Callable[..., tuple]
 
 
 class SplitStep:
@@ -53,8 +53,8 @@ class SplitStep:
         ``loss.backward()`` would (``None`` for a parameter the network did not use).
 
         Args:
-            forward: the network on a (part of a) batch: ``(policy_params, values)``, both
-                ``[rows, b, ...]`` with ``b`` the part's width.
+            forward: the network on a (part of a) batch: ``(policy_params, values)`` and, with PFO,
+                the encoder's pre-activations, each ``[rows, b, ...]`` with ``b`` the part's width.
             loss_of: the agent's loss of the whole batch from the joined outputs (a
                 :class:`distrl.learning.losses.LossTerms`, or a tuple whose first term is the total).
             batch: a ``[rows, B]`` (mini)batch; every tensor of 2 or more dimensions is split along
@@ -69,7 +69,8 @@ class SplitStep:
         pieces = [{key: value[:, start:stop] for key, value in batch.items() if value.dim() >= 2}
                   for start, stop in bounds]
         outputs = list(self.pool.map(forward, pieces))
-        joined = [torch.cat([out[i].detach() for out in outputs], dim=1).requires_grad_() for i in range(2)]
+        joined = [torch.cat([out[i].detach() for out in outputs], dim=1).requires_grad_()
+                  for i in range(len(outputs[0]))]
         terms = loss_of(*joined)
         terms[0].backward()
         heads = [tensor.grad if tensor.grad is not None else torch.zeros_like(tensor) for tensor in joined]

@@ -91,7 +91,8 @@ class ActorCritic(nn.Module):
     def forward(
         self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (),
         last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, CoreState]:
+        with_preactivations: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, CoreState] | tuple[torch.Tensor, torch.Tensor, CoreState, torch.Tensor]:
         """Policy parameters and baseline over an unroll.
 
         Args:
@@ -102,13 +103,15 @@ class ActorCritic(nn.Module):
             last_action: ``[T, B, *action_shape]``, the action taken before ``obs[t]`` (any value where
                 ``first``); needed with ``model.last_action_reward``, else ignored.
             last_reward: ``[T, B] float32``, the raw reward that action gave; used clipped to [-1, 1].
+            with_preactivations: also return the encoder's output features before their activation.
 
         Returns:
             ``params [T, B, P] float32`` (the policy parameters, :attr:`ActionSpace.param_size` wide:
             the logits, or a Gaussian's mean and log-std), ``baseline [T, B] float32`` (float32 under
             a bf16 :func:`autocast` too: the heads' outputs are cast back), the core state after step
             T-1. With the intrinsic head, ``baseline`` is ``[T, B, 2] float32``: the extrinsic value,
-            then the intrinsic one.
+            then the intrinsic one. With ``with_preactivations``, fourth, ``[T, B, feature_dim]``: the
+            (policy) encoder's last linear layer's output, in the autocast's dtype.
 
         Raises:
             ValueError: ``model.last_action_reward`` is on and ``last_action`` or ``last_reward`` is None.
@@ -117,7 +120,11 @@ class ActorCritic(nn.Module):
         obs = obs.reshape(T * B, *self.obs_shape)
         if self.obs_norm is not None:
             obs = self.obs_norm.normalize(obs.float())
-        features = self._with_previous(self.encoder(obs), first, last_action, last_reward)
+        if with_preactivations:
+            encoded, preactivations = self.encoder.forward_with_preactivation(obs)
+        else:
+            encoded = self.encoder(obs)
+        features = self._with_previous(encoded, first, last_action, last_reward)
         if self.core is not None:
             features = features.view(T, B, -1)
             outputs = []
@@ -136,6 +143,8 @@ class ActorCritic(nn.Module):
         baseline = self.baseline(features).view(T, B).float()
         if self.intrinsic_baseline is not None:
             baseline = torch.stack([baseline, self.intrinsic_baseline(features).view(T, B).float()], dim=-1)
+        if with_preactivations:
+            return params, baseline, core_state, preactivations.view(T, B, -1)
         return params, baseline, core_state
 
     def _with_previous(self, features: torch.Tensor, first: torch.Tensor, last_action: torch.Tensor | None,

@@ -48,6 +48,12 @@ class _ConvEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(_to_float_image(obs)))
 
+    def forward_with_preactivation(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward`'s features and the fully connected layer's output before its
+        normalisation and ReLU, both ``[N, feature_dim]`` (what PFO regularises:
+        :meth:`distrl.learning.losses.base.AgentLoss.feature_drift`)."""
+        return _after_last_linear(self.fc, self.convs(_to_float_image(obs)))
+
 
 class NatureCNN(_ConvEncoder):
     """``[N, C, 84, 84] uint8`` -> ``[N, feature_dim]`` (Mnih et al. 2015); with ``layer_norm`` a
@@ -113,6 +119,10 @@ class MiniGridCNN(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.fc(self.convs(obs.float()))
 
+    def forward_with_preactivation(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward`'s features and the fully connected layer's output before its activation."""
+        return _after_last_linear(self.fc, self.convs(obs.float()))
+
 
 class MLP(nn.Module):
     """``[N, D] float32`` -> ``[N, feature_dim]``: two tanh layers of ``hidden_dim`` and ``feature_dim``
@@ -128,6 +138,18 @@ class MLP(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs.float())
+
+    def forward_with_preactivation(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward`'s features and the last linear layer's output before its activation."""
+        return _after_last_linear(self.net, obs.float())
+
+
+def _after_last_linear(layers: nn.Sequential, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``layers`` on ``x``: ``(output, pre)``, ``pre`` the output of the last ``nn.Linear`` of ``layers``
+    (the pre-activations of the features: before the normalisation and activation after it)."""
+    last = max(i for i, layer in enumerate(layers) if isinstance(layer, nn.Linear))
+    pre = layers[:last + 1](x)
+    return layers[last + 1:](pre), pre
 
 
 IMAGE_ENCODERS = ("nature_cnn", "impala_resnet", "minigrid_cnn")

@@ -35,6 +35,9 @@ from distrl.nn.distributions import ActionSpace
 from distrl.rollout import ACTED_KEYS, BOOTSTRAP, STEPPED_KEYS, STEPS
 
 BATCH_TARGETS = ("advantages", "value_targets")  # the keys agent.minibatch=steps adds to a batch
+# with agent.pfo_coef > 0, the key the learner adds to a batch: the encoder's pre-activations at the
+# start of the batch's update, [T+1, B, feature_dim] float32 (AgentLoss.feature_drift)
+OLD_PREACTIVATIONS = "preactivations_old"
 
 
 class LossTerms(NamedTuple):
@@ -119,9 +122,11 @@ class AgentLoss:
         self.num_minibatches = int(agent.get("num_minibatches", 1))
         self.normalize_advantages = bool(agent.normalize_advantages)
         self.minibatch = agent.get("minibatch", "unrolls")
+        self.pfo_coef = float(agent.get("pfo_coef", 0.0))  # checkpoints written before agent.pfo_coef have none
 
     def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                 entropy_cost: float, intrinsic_coef: float = 0.0) -> LossTerms:
+                 entropy_cost: float, intrinsic_coef: float = 0.0,
+                 preactivations: torch.Tensor | None = None) -> LossTerms:
         """The loss of one optimizer step: ``params [T+1, B, P]`` (the policy parameters) and ``values``
         (``[T+1, B]``, or ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row
         of ``batch``.
@@ -129,10 +134,30 @@ class AgentLoss:
 
         A minibatch of steps (``agent.minibatch=steps``: ``[1, n]`` rows carrying
         :data:`BATCH_TARGETS`) is scored by :meth:`step_targets` instead, ``params [1, n, P]`` and
-        ``values [1, n]`` (or ``[1, n, 2]``) on its rows."""
+        ``values [1, n]`` (or ``[1, n, 2]``) on its rows.
+
+        With ``preactivations`` (the encoder's, ``[T+1, B, F]`` or ``[1, n, F]``; ``agent.pfo_coef > 0``)
+        the total adds ``agent.pfo_coef`` x :meth:`feature_drift`, reported as ``feature_drift``."""
         if BATCH_TARGETS[0] in batch:
-            return self.objective(batch, self.step_targets(batch, params, values), entropy_cost)
-        return self.objective(batch, self.targets(batch, params, values, intrinsic_coef), entropy_cost)
+            terms = self.objective(batch, self.step_targets(batch, params, values), entropy_cost)
+        else:
+            terms = self.objective(batch, self.targets(batch, params, values, intrinsic_coef), entropy_cost)
+        if preactivations is None:
+            return terms
+        drift = self.feature_drift(batch, preactivations)
+        return terms._replace(total=terms.total + self.pfo_coef * drift,
+                              diagnostics={**(terms.diagnostics or {}), "feature_drift": drift.detach()})
+
+    def feature_drift(self, batch: dict[str, torch.Tensor], preactivations: torch.Tensor) -> torch.Tensor:
+        """PFO's auxiliary loss (Proximal Feature Optimization: Moalla et al. 2024, "No
+        Representation, No Trust: Connecting Representation, Collapse, and Trust Issues in PPO"):
+        ``mean over steps and features of (phi(x_t) - phi_old(x_t))^2``, ``phi`` the encoder's
+        output features before their activation (``preactivations``, with gradient) and ``phi_old``
+        those of the network at the start of the batch's update (``batch[OLD_PREACTIVATIONS]``): a
+        trust region on the features, as PPO's clip is one on the policy. A scalar tensor over the
+        steps (rows ``0..T-1``, or every row of a minibatch of steps), in float32."""
+        rows = slice(None) if BATCH_TARGETS[0] in batch else STEPS
+        return (preactivations[rows].float() - batch[OLD_PREACTIVATIONS][rows]).pow(2).mean()
 
     def streams(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
                 intrinsic_coef: float = 0.0) -> list[tuple[Stream, float]]:
@@ -269,7 +294,7 @@ class AgentLoss:
         steps = batch["action"].shape[0] - 1
         flat = {}
         for key, value in batch.items():
-            if key in ACTED_KEYS or key in STEPPED_KEYS:
+            if key in ACTED_KEYS or key in STEPPED_KEYS or key == OLD_PREACTIVATIONS:
                 value = value[STEPS]
             elif not (key in BATCH_TARGETS or key == "intrinsic_reward"):
                 continue  # one value per slot (policy_version, env_id): no step's
