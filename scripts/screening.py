@@ -5,7 +5,7 @@ dormant units, the policy's entropy and the speed (issue "An agent that learns t
 
 Each RUN_DIR is one ``distrl train`` run (``config.yaml``, ``metrics.jsonl``). Prints one Markdown
 row per run: the game, the candidate (``agent.name`` with T, B, lr and the optimizer, and ``layer_norm`` where
-``model.layer_norm`` is set), the seed,
+``model.layer_norm`` is set, ``pfo=<coef>`` where ``agent.pfo_coef`` is), the seed,
 the agent steps reached, the mean training return of the episodes that ended in each window
 (``n/a`` for a window without one), the last evaluation, the last logged entropy of the policy in
 nats (a uniform policy's is ``ln A``: 2.89 for 18 actions, 1.79 for 6), the last
@@ -49,7 +49,8 @@ def read(run_dir: Path, window: int) -> dict:
         "candidate": (f"{agent['name']} T={cfg['num_steps']} B={cfg['batch_size']} {agent['optimizer']} "
                       f"lr={agent['lr']:g}"
                       + ("" if cfg.get("num_storages", "auto") == "auto" else f" storages={cfg['num_storages']}")
-                      + (" layer_norm" if cfg.get("model", {}).get("layer_norm") else "")),
+                      + (" layer_norm" if cfg.get("model", {}).get("layer_norm") else "")
+                      + (f" pfo={agent['pfo_coef']:g}" if agent.get("pfo_coef") else "")),
         "seed": cfg["seed"],
         "agent_steps": last["agent_steps"],
         "windows": [statistics.fmean(windows[k]) if k in windows else None

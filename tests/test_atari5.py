@@ -114,7 +114,7 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     """scripts/screening.py on a run directory as distrl writes one: episodes averaged per window
     (a window without an episode says n/a), the last eval, entropy, dormant shares and feature rank,
     median SPS;
-    the candidate names ``model.layer_norm`` when it is set."""
+    the candidate names ``model.layer_norm`` and ``agent.pfo_coef`` when they are set."""
     run = tmp_path / "run"
     run.mkdir()
     cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala"])
@@ -137,3 +137,9 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
                          capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1].startswith("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 layer_norm | 2 |")
+
+    cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent.pfo_coef=1"])
+    (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1].startswith("| BattleZone | appo T=32 B=32 adam lr=0.00025 pfo=1 | 2 |")
