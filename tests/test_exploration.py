@@ -119,3 +119,43 @@ def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
     with pytest.raises(ConfigError, match="^model.encoder='nature_cnn' is not allowed: one that takes images of 7 "
                                           "pixels a side: impala_resnet, minigrid_cnn$"):
         validate(compose_train(["env=minigrid"]))
+
+
+def test_the_exploration_table_gives_steps_to_the_target_against_none_on_the_same_seed(tmp_path):
+    """scripts/exploration_table.py on run directories as distrl writes them: the first evaluation at
+    or above the target, the last success rate and intrinsic share, and a module's steps over
+    ``none``'s on its seed (inf where only ``none`` got there); then a row per setting."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+    from conftest import REPO, compose_train
+    from omegaconf import OmegaConf
+
+    def run(name, overrides, evals):
+        path = tmp_path / name
+        path.mkdir()
+        cfg = compose_train(["experiment=minigrid", *overrides])
+        (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+        records = [{"agent_steps": step, "eval/mean_return": value} for step, value in evals]
+        records.append({"agent_steps": evals[-1][0], "charts/SPS": 2000.0, "charts/success_rate": 0.5,
+                        "charts/intrinsic_share": 0.25})
+        (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        return str(path)
+
+    paths = [run("none-s1", ["seed=1"], [(100_000, 0.2), (200_000, 0.91), (300_000, 0.95)]),
+             run("e3b-s1", ["seed=1", "intrinsic=e3b"], [(100_000, 0.5), (300_000, 0.92)]),
+             run("e3b-s2", ["seed=2", "intrinsic=e3b"], [(100_000, 0.1)]),
+             run("re3-s1", ["seed=1", "intrinsic=re3"], [(100_000, 0.3)])]
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "exploration_table.py"), *paths],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {tuple(cell.strip() for cell in line.split("|")[2:5]): line for line in out.splitlines()[2:]}
+    e3b = "e3b coef=0.1 episodic norm=rewards"
+    agent = "appo lr=0.001 ent=0.01"
+    assert rows[(e3b, agent, "1")].endswith("| 0.30M | 0.30M | 0.92 | 0.92 | 0.50 | 0.25 | 2,000 | 1.50 |")
+    assert rows[(e3b, agent, "2")].endswith("| 0.10M | not | 0.10 | 0.10 | 0.50 | 0.25 | 2,000 |  |")
+    re3 = rows[("re3 coef=0.05 norm=returns", agent, "1")]
+    assert re3.endswith("| not | 0.30 | 0.30 | 0.50 | 0.25 | 2,000 | inf |")
+    assert rows[("none", agent, "1")].endswith("| 0.30M | 0.20M | 0.95 | 0.95 | 0.50 | 0.25 | 2,000 |  |")
+    assert f"| **DoorKey-8x8** | **{e3b}** | {agent} | 1 of 2 solved | | median 0.30M |" in out
