@@ -23,16 +23,20 @@ import statistics
 from distrl import runs
 
 
-def setting(cfg: dict) -> str:
-    """What a run tried: its intrinsic reward and the agent's values that the exploration runs vary."""
-    intrinsic, agent = cfg["intrinsic"], cfg["agent"]
+def intrinsic_setting(cfg: dict) -> str:
+    """The intrinsic reward a run tried: its name with its ``coef``, ``episodic`` and ``normalize``."""
+    intrinsic = cfg["intrinsic"]
     name = intrinsic["name"]
     if name != "none":
         name += f" coef={intrinsic['coef']:g}" + (" episodic" if intrinsic.get("episodic") else "")
         name += f" norm={intrinsic['normalize']}" if intrinsic.get("normalize") else ""
-    if cfg.get("train", {}).get("init_model_path"):
-        name += " fine-tuned"
-    return (f"{name} | {agent['name']} lr={agent['lr']:g} ent={agent['entropy_cost']:g}"
+    return name + (" fine-tuned" if cfg.get("train", {}).get("init_model_path") else "")
+
+
+def agent_setting(cfg: dict) -> str:
+    """The agent's values that the exploration runs vary: its lr, entropy cost, raw advantages."""
+    agent = cfg["agent"]
+    return (f"{agent['name']} lr={agent['lr']:g} ent={agent['entropy_cost']:g}"
             + ("" if agent.get("normalize_advantages", True) else " raw-adv"))
 
 
@@ -45,8 +49,8 @@ def row(path, target: float, budget: int | None) -> dict:
             for key in ("charts/success_rate", "charts/intrinsic_share")}
     sps = [r["charts/SPS"] for r in records if "charts/SPS" in r]
     return {"run": runs.name(path), "env": runs.env_id(path).removeprefix("MiniGrid-").removesuffix("-v0"),
-            "setting": setting(cfg), "baseline": cfg["intrinsic"]["name"] == "none",
-            "agent": setting({**cfg, "intrinsic": {"name": "none"}}), "seed": cfg["seed"],
+            "intrinsic": intrinsic_setting(cfg), "baseline": cfg["intrinsic"]["name"] == "none",
+            "agent": agent_setting(cfg), "seed": cfg["seed"],
             "steps": records[-1]["agent_steps"] if records else 0, "solved": solved,
             "best": max((v for _, v in evals), default=None), "last": evals[-1][1] if evals else None,
             "success": last["charts/success_rate"], "share": last["charts/intrinsic_share"],
@@ -75,22 +79,20 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=None, help="only the records up to this many agent steps")
     args = parser.parse_args()
     rows = sorted((row(path, args.target, args.budget) for path in args.runs),
-                  key=lambda r: (r["env"], r["setting"], r["seed"]))
+                  key=lambda r: (r["env"], r["intrinsic"], r["agent"], r["seed"]))
     print(f"| env | setting | agent | seed | agent steps | first eval >= {args.target:g} | best eval | last eval "
           "| success rate (last) | intrinsic share (last) | agent steps/s | steps / none's |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        intrinsic, agent = r["setting"].split(" | ")
         solved = "not" if r["solved"] is None else f"{r['solved'] / 1e6:.2f}M"
-        print(f"| {r['env']} | {intrinsic} | {agent} | {r['seed']} | {r['steps'] / 1e6:.2f}M | "
+        print(f"| {r['env']} | {r['intrinsic']} | {r['agent']} | {r['seed']} | {r['steps'] / 1e6:.2f}M | "
               f"{solved} | {_number(r['best'], '.2f')} | "
               f"{_number(r['last'], '.2f')} | {_number(r['success'], '.2f')} | {_number(r['share'], '.2f')} | "
               f"{_number(r['sps'], ',.0f')} | {no_harm(r, rows)} |")
-    for env, name in sorted({(r["env"], r["setting"]) for r in rows}):
-        mine = [r for r in rows if (r["env"], r["setting"]) == (env, name)]
+    for env, intrinsic, agent in sorted({(r["env"], r["intrinsic"], r["agent"]) for r in rows}):
+        mine = [r for r in rows if (r["env"], r["intrinsic"], r["agent"]) == (env, intrinsic, agent)]
         solved = [r["solved"] for r in mine if r["solved"] is not None]
         median = f"median {statistics.median(solved) / 1e6:.2f}M" if solved else ""
-        intrinsic, agent = name.split(" | ")
         print(f"| **{env}** | **{intrinsic}** | {agent} | {len(solved)} of {len(mine)} solved | | {median} "
               "| | | | | | |")
 

@@ -120,7 +120,8 @@ class MiniGridCNN(nn.Module):
         return self.fc(self.convs(obs.float()))
 
     def forward_with_preactivation(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward`'s features and the fully connected layer's output before its activation."""
+        """:meth:`forward`'s features and the fully connected layer's output before its activation,
+        both ``[N, feature_dim]``."""
         return _after_last_linear(self.fc, self.convs(obs.float()))
 
 
@@ -140,7 +141,8 @@ class MLP(nn.Module):
         return self.net(obs.float())
 
     def forward_with_preactivation(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward`'s features and the last linear layer's output before its activation."""
+        """:meth:`forward`'s features and the last linear layer's output before its activation, both
+        ``[N, feature_dim]``."""
         return _after_last_linear(self.net, obs.float())
 
 

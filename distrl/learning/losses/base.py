@@ -202,8 +202,9 @@ class AgentLoss:
         intrinsic rewards (``batch["intrinsic_reward"]``) and ``r_ext`` :meth:`extrinsic_rewards`; an
         episode's sums are its length times the per-step means, so this is also the bonus's share of
         an episode's reward. Near 1, the bonus drowns the task's reward; 0 with nothing paid."""
-        intrinsic = intrinsic_coef * batch["intrinsic_reward"].abs().sum().item()
-        extrinsic = self.extrinsic_rewards(batch).abs().sum().item()
+        bonus, extrinsic = torch.stack([batch["intrinsic_reward"].abs().sum(),
+                                        self.extrinsic_rewards(batch).abs().sum()]).tolist()  # one sync
+        intrinsic = intrinsic_coef * bonus
         return intrinsic / (intrinsic + extrinsic) if intrinsic + extrinsic > 0 else 0.0
 
     def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
