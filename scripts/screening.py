@@ -63,10 +63,10 @@ def read(run_dir: Path, window: int) -> dict:
     }
 
 
-
 def _score(value: float) -> str:
     """A return as the table prints it: one decimal below 100 in magnitude (Pong's), none above."""
     return f"{value:.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
 
 def row(run: dict) -> str:
     windows = " / ".join("n/a" if w is None else _score(w) for w in run["windows"])

@@ -115,31 +115,25 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
     (a window without an episode says n/a), the last eval, entropy, dormant shares and feature rank,
     median SPS;
     the candidate names ``model.layer_norm`` and ``agent.pfo_coef`` when they are set."""
-    run = tmp_path / "run"
-    run.mkdir()
-    cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala"])
-    (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+    candidates = {"impala": ["agent=impala"], "layer_norm": ["agent=impala", "model.layer_norm=true"],
+                  "pfo": ["agent.pfo_coef=1"]}
     records = [{"agent_steps": 100, "charts/episodic_return": 1000.0},
                {"agent_steps": 400, "charts/episodic_return": 3000.0},
                {"agent_steps": 500, "charts/SPS": 900.0, "losses/entropy": -2.5, "dormant/convs.1": 0.1},
                {"agent_steps": 1300, "charts/episodic_return": 7000.0, "charts/SPS": 1100.0, "losses/entropy": -2.0,
                 "dormant/convs.1": 0.3, "dormant/fc.1": 0.5, "rank/features": 87},
                {"agent_steps": 1400, "eval/mean_return": 4000.0}]
-    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
+    for name, overrides in candidates.items():
+        run = tmp_path / name
+        run.mkdir()
+        cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", *overrides])
+        (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"),
+                          *(str(tmp_path / name) for name in candidates), "--window", "500"],
                          capture_output=True, text=True, check=True).stdout
-    row = out.splitlines()[-1]
-    assert row == ("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 | 2 | 0.00M | 2,000 / n/a / 7,000 | 4,000 | 2.00 "
-                   "| convs.1 0.30, fc.1 0.50 | 87 | 1,000 |")
-
-    cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent=impala", "model.layer_norm=true"])
-    (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
-                         capture_output=True, text=True, check=True).stdout
-    assert out.splitlines()[-1].startswith("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 layer_norm | 2 |")
-
-    cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", "agent.pfo_coef=1"])
-    (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"), str(run), "--window", "500"],
-                         capture_output=True, text=True, check=True).stdout
-    assert out.splitlines()[-1].startswith("| BattleZone | appo T=32 B=32 adam lr=0.00025 pfo=1 | 2 |")
+    impala, layer_norm, pfo = out.splitlines()[-3:]
+    assert impala == ("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 | 2 | 0.00M | 2,000 / n/a / 7,000 | 4,000 "
+                      "| 2.00 | convs.1 0.30, fc.1 0.50 | 87 | 1,000 |")
+    assert layer_norm.startswith("| BattleZone | impala T=20 B=4 rmsprop lr=0.0007 layer_norm | 2 |")
+    assert pfo.startswith("| BattleZone | appo T=32 B=32 adam lr=0.00025 pfo=1 | 2 |")
