@@ -25,7 +25,7 @@ install: $(STAMP) ## create .venv: torch ($(TORCH); docs/install.md) first, then
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)
 
-test: $(STAMP) ## the test suite without the long tier (2.5 min on 2 AVX512-BF16 cores, 5.5 on AVX2-only ones: docs/testing.md)
+test: $(STAMP) ## the test suite without the long tier (about 3 min on 2 AVX512-BF16 cores, 5.5 on AVX2-only ones: docs/testing.md)
 	$(BIN)/python -m pytest $(ARGS)
 
 test-long: $(STAMP) ## the second tier: end-to-end runs of more than 10 s each (CI runs both)
