@@ -151,8 +151,8 @@ def test_the_exploration_table_gives_steps_to_the_target_against_none_on_the_sam
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "exploration_table.py"), *paths],
                          capture_output=True, text=True, check=True).stdout
     rows = {tuple(cell.strip() for cell in line.split("|")[2:5]): line for line in out.splitlines()[2:]}
-    e3b = "e3b coef=0.1 episodic norm=rewards"
-    agent = "appo lr=0.001 ent=0.01"
+    e3b = "e3b coef=0.01 episodic norm=rewards"
+    agent = "appo lr=0.00025 ent=0.001 raw-adv"
     assert rows[(e3b, agent, "1")].endswith("| 0.30M | 0.30M | 0.92 | 0.92 | 0.50 | 0.25 | 2,000 | 1.50 |")
     assert rows[(e3b, agent, "2")].endswith("| 0.10M | not | 0.10 | 0.10 | 0.50 | 0.25 | 2,000 |  |")
     re3 = rows[("re3 coef=0.05 norm=returns", agent, "1")]
