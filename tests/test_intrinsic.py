@@ -10,6 +10,7 @@ from test_learner import learner_for, on_policy_batch
 
 from distrl.config.schema import ConfigError
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
+from distrl.learning.losses.vtrace import baseline_loss
 from distrl.nn.actor_learner import ActorLearner
 from distrl.runtime.preflight import validate
 
@@ -337,6 +338,32 @@ def test_the_intrinsic_return_has_its_own_value_head_and_runs_on_past_an_episode
     advantages, _ = targets(single, {**batch, "intrinsic_reward": intrinsic}, logits, values, 0.5)
     advantages_later, _ = targets(single, {**batch, "intrinsic_reward": later}, logits, values, 0.5)
     assert advantages_later[0, 0] == advantages[0, 0]  # episodic: the end cuts it
+
+
+def test_the_intrinsic_heads_loss_weighs_in_the_units_of_its_advantages():
+    """The intrinsic head's values and targets come out times the coef, so its squared error is
+    coef^2 times the one on the unit-scale return; on a minibatch of steps as on whole unrolls."""
+    learner, policy = _learner(["intrinsic=rnd", "agent=appo", "agent.value_clip=null"])
+    bonus = torch.rand(3, 2, generator=torch.Generator().manual_seed(1))
+    batch = {**on_policy_batch(policy), "intrinsic_reward": bonus}
+    logits, values, _ = policy.learner(batch["obs"], batch["first"])
+    unit = learner.agent_loss.targets(batch, logits, values, 1.0)
+    weighted = learner.agent_loss.targets(batch, logits, values, 0.1)
+    torch.testing.assert_close(weighted.values[1], 0.1 * values[:-1, :, 1])
+    torch.testing.assert_close(weighted.vs[1], 0.1 * unit.vs[1])
+    torch.testing.assert_close(weighted.vs[0], unit.vs[0])  # the extrinsic head's are the coef's own
+    extrinsic, intrinsic = (baseline_loss(vs - v) for v, vs in zip(unit.values, unit.vs, strict=True))
+    assert intrinsic > 0.01 * extrinsic
+    terms = learner.agent_loss(batch, logits, values, 0.0, 0.1)
+    assert terms.value.item() == pytest.approx((extrinsic + 0.01 * intrinsic).item(), rel=1e-5)
+
+    steps, policy = _learner(["intrinsic=rnd", "agent=appo", "agent.minibatch=steps", "agent.num_minibatches=1"])
+    loss = steps.agent_loss
+    minibatch, = loss.minibatches({**batch, **loss.batch_targets(batch, logits.detach(), values.detach(), 0.1)})
+    params, step_values, _ = policy.learner(minibatch["obs"], minibatch["first"])
+    stepped = loss.step_targets(minibatch, params, step_values, 0.1)
+    assert baseline_loss(stepped.vs[1] - stepped.values[1]).item() == pytest.approx(
+        baseline_loss(weighted.vs[1] - weighted.values[1]).item(), rel=1e-5)
 
 
 def test_pretraining_leaves_the_extrinsic_reward_out():

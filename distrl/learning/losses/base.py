@@ -65,7 +65,9 @@ class Targets(NamedTuple):
     dimensions) with gradient; ``advantages``: ``[T, B]`` the policy
     gradient's advantages (no gradient); ``values``: per value head, ``V(x_t)`` ``[T, B]`` with
     gradient; ``vs``: per value head, the estimator's value targets ``[T, B]`` (no gradient). The heads
-    are the extrinsic one, then with an intrinsic value head the intrinsic one; ``old_values``:
+    are the extrinsic one, then with an intrinsic value head the intrinsic one, whose ``values`` and
+    ``vs`` are times ``intrinsic_coef``: in the units of the advantages it adds, so that its loss
+    weighs in the gradient as much as its advantages do in the policy's (:meth:`AgentLoss.targets`); ``old_values``:
     ``[T, B]`` the behaviour policy's extrinsic value ``V_old(x_t)`` the actor stored (no gradient;
     None for a batch without ``baseline``, which only APPO's value clipping reads).
     """
@@ -139,7 +141,7 @@ class AgentLoss:
         With ``preactivations`` (the encoder's, ``[T+1, B, F]`` or ``[1, n, F]``; ``agent.pfo_coef > 0``)
         the total adds ``agent.pfo_coef`` x :meth:`feature_drift`, reported as ``feature_drift``."""
         if BATCH_TARGETS[0] in batch:
-            terms = self.objective(batch, self.step_targets(batch, params, values), entropy_cost)
+            terms = self.objective(batch, self.step_targets(batch, params, values, intrinsic_coef), entropy_cost)
         else:
             terms = self.objective(batch, self.targets(batch, params, values, intrinsic_coef), entropy_cost)
         if preactivations is None:
@@ -214,6 +216,15 @@ class AgentLoss:
         with the streams' weights (``A_ext + intrinsic_coef x A_int``) and, with
         ``agent.normalize_advantages`` and ``standardise``, standardised over the batch given.
 
+        The intrinsic head's values and targets come out times ``intrinsic_coef``, so its squared
+        error is ``intrinsic_coef^2`` times that on the normalised intrinsic return. The head still
+        learns that unit-scale return (its own weights see only this loss, and Adam's steps do not
+        depend on a loss's scale while its gradients stay well above ``optimizer.eps``), but in
+        the torso it shares with the policy its loss weighs what its advantages do. Unweighted,
+        with raw advantages (``agent.normalize_advantages=false``, a policy loss near 0.002), it
+        took the gradient: on DoorKey-8x8, RE3 at coef 0.001 had a gradient norm of 1.10 against
+        0.007 without a bonus, and the policy stayed uniform (docs/lab/exploration.md).
+
         The log importance weights are the difference of the current and the behaviour
         distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
         whatever the network's precision; both streams share them.
@@ -224,8 +235,8 @@ class AgentLoss:
         for stream, weight in self.streams(batch, values, intrinsic_coef):
             estimate = self.estimator(log_rhos, stream)
             advantages = estimate.advantages if advantages is None else advantages + weight * estimate.advantages
-            heads.append(stream.values)
-            vs.append(estimate.targets)
+            heads.append(weight * stream.values)
+            vs.append(weight * estimate.targets)
         if self.normalize_advantages and standardise:
             advantages = vtrace.standardise(advantages)
         old_values = batch["baseline"][STEPS] if "baseline" in batch else None
@@ -239,20 +250,23 @@ class AgentLoss:
         not standardised (each minibatch standardises its own).
 
         Returns:
-            ``{"advantages": [T, B], "value_targets": [T, B, H]}`` float32, H the value heads.
+            ``{"advantages": [T, B], "value_targets": [T, B, H]}`` float32, H the value heads (the
+            intrinsic one's times ``intrinsic_coef``, as :meth:`targets` gives them).
         """
         with torch.no_grad():
             targets = self.targets(batch, params, values, intrinsic_coef, standardise=False)
         return {"advantages": targets.advantages, "value_targets": torch.stack(targets.vs, dim=-1)}
 
-    def step_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor) -> Targets:
+    def step_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
+                     intrinsic_coef: float = 0.0) -> Targets:
         """:class:`Targets` of a minibatch of steps (:meth:`minibatches` with ``agent.minibatch=steps``):
         every tensor ``[1, n, ...]``, every row a step; the advantages and value targets are the
         batch's (:meth:`batch_targets`), standardised over the minibatch with
         ``agent.normalize_advantages``; the log importance weights, log-probabilities, entropy and
-        values those of the network given (``params [1, n, P]``, ``values [1, n]`` or ``[1, n, 2]``)."""
+        values those of the network given (``params [1, n, P]``, ``values [1, n]`` or ``[1, n, 2]``),
+        the intrinsic head's times ``intrinsic_coef`` as its targets are (:meth:`targets`)."""
         policy, log_probs, log_rhos = self._scores(batch["action"], params, batch["policy_params"])
-        heads = list(values.unbind(-1)) if values.dim() == 3 else [values]
+        heads = [values[..., 0], intrinsic_coef * values[..., 1]] if values.dim() == 3 else [values]
         advantages = batch["advantages"]
         if self.normalize_advantages:
             advantages = vtrace.standardise(advantages)
