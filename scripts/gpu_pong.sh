@@ -5,7 +5,7 @@
 # every 0.5M (10 episodes), stopped by Ctrl-C at LIMIT seconds (default 540). Under $OUT: train.txt (its
 # log), metrics.jsonl and config.yaml, and summary.txt (the evaluations, and the median SPS).
 # The 2-core anchor it is read against: APPO's defaults (T=32, B=32), seed 2, eval +14.7 at 5M
-# (docs/atari5.md); the issue asks +14 to +17.8. Wheels in .whl/ as scripts/gpu_check.sh says:
+# (docs/lab/atari5.md); the issue asks +14 to +17.8. Wheels in .whl/ as scripts/gpu_check.sh says:
 #   run(command="bash scripts/gpu_pong.sh batch_size=128", carry=[".whl"], timeout_s=600)
 set -u
 cd "$(dirname "$0")/.."

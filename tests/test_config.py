@@ -60,7 +60,7 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cfg.env.id == "ALE/Pong-v5" and cfg.env.frameskip == 4 and cfg.env.repeat_action_probability == 0.25
     assert cfg.num_steps == 32 and cfg.batch_size == 32 and cfg.envs_per_actor == 16 and cfg.num_actors == "auto"
     assert cfg.model.encoder == "nature_cnn"
-    # APPO at CleanRL PPO's Atari values (docs/atari5.md, "The fourth session of screening")
+    # APPO at CleanRL PPO's Atari values (docs/lab/atari5.md, "The fourth session of screening")
     agent = cfg.agent
     assert agent.name == "appo" and agent.optimizer == "adam" and agent.lr == 0.00025
     assert (agent.clip, agent.num_epochs, agent.num_minibatches, agent.trace_lambda) == (0.1, 4, 4, 0.95)

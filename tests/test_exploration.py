@@ -12,7 +12,7 @@ from conftest import DistrlProcess, finish_all, metrics
 import distrl.envs  # noqa: F401  (registers the diagnostic ids)
 from distrl.envs.sparse import forward_actions
 
-BUDGET = 200000  # agent steps: on 3 seeds each, rnd solved it by 21k-86k, re3 by 42k-95k (docs/exploration.md)
+BUDGET = 200000  # agent steps: on 3 seeds each, rnd solved it by 21k-86k, re3 by 42k-95k (docs/lab/exploration.md)
 
 
 def test_the_chain_pays_only_at_its_end_and_random_play_almost_never_gets_there():
@@ -79,7 +79,7 @@ def test_an_intrinsic_reward_solves_the_sparse_chain_and_none_does_not(tmp_path)
     # evaluations at 0. "Does not solve it" is therefore no evaluation above 0 and fewer than 5
     # successes. rnd is run and its metrics checked, but whether it finds the end within 200k is not
     # asserted: run this way it did in 1 of 3 tries (alone, in bf16, on 3 of 3 seeds;
-    # docs/exploration.md), and a test must not pass or fail by chance.
+    # docs/lab/exploration.md), and a test must not pass or fail by chance.
     assert successes(tmp_path / "none") < 5 and max(evals(tmp_path / "none")) == 0.0
     assert successes(tmp_path / "re3") >= 20 and max(evals(tmp_path / "re3")) > 0.0
     # the chain's env.success_above (0) makes the success rates of training and evaluations

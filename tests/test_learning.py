@@ -147,8 +147,8 @@ def test_only_the_lstm_solves_image_cue_memory(use_lstm, tmp_path):
 def test_pong_rises_clearly_above_random_play(tmp_path):
     """The shipped defaults (APPO) on ALE/Pong-v5: after 2M agent steps (about 35 minutes alone on
     2 cores) the last 100 training episodes average above -16; random play scores -20.3. APPO's
-    seed-2 run (10M budget) had +7 over 1.75M-2.0M (docs/atari5.md); IMPALA's runs G2 and T4
-    (T=20, B=4) +2.1 and +4.1 (docs/learning.md)."""
+    seed-2 run (10M budget) had +7 over 1.75M-2.0M (docs/lab/atari5.md); IMPALA's runs G2 and T4
+    (T=20, B=4) +2.1 and +4.1 (docs/lab/learning.md)."""
     run_dir = tmp_path / "run"
     done = run_distrl(["train", "train.num_train_steps=2000000", "train.num_eval_episodes=0",
                        f"hydra.run.dir={run_dir}"], timeout=3300)

@@ -39,7 +39,7 @@ SHARES_DIR = ".core-shares"
 INTERRUPTED_MARK = ".interrupted"
 ALLOWED_CORES_ENV = "DISTRL_SWEEP_CORES"  # the cores a loky worker had before its first job took a share
 # Memory of one run besides its rollout storage: the trainer and each actor process hold torch,
-# the network and the envs (Pong: 0.61-0.65 GiB in all for 1 actor, docs/benchmarks.md).
+# the network and the envs (Pong: 0.61-0.65 GiB in all for 1 actor, docs/lab/benchmarks.md).
 PROCESS_GIB = 0.3
 
 

@@ -3,7 +3,7 @@
 :func:`plan` turns the ``auto`` values of a train config into one :class:`Placement`, read by the
 trainer (to start processes), by validation (to check the slot count before anything starts) and
 by ``scripts/bench.py`` (to measure the same layout). Measurements behind the rules are in
-``docs/benchmarks.md``.
+``docs/lab/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       whose learner is the bottleneck, one actor's unroll at most (``envs_per_actor`` less the B
       already counted): more slots would only let the actors run further ahead and raise the policy
       lag (Pong, APPO, seed 2: lag 2.0 with the IMPALA rule against 1.5, eval +0.3 against +14.1 at
-      3M agent steps; docs/atari5.md, "The third session of screening").
+      3M agent steps; docs/lab/atari5.md, "The third session of screening").
     - ``env.async_step=auto``: on with a CUDA learner, off with a CPU learner (it takes the cores a
       CPU learner needs); it can only happen on the ``vector`` Atari backend with an even
       ``envs_per_actor``, and is off otherwise whatever the key says.

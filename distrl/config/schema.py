@@ -59,7 +59,7 @@ class GymEnvConfig:
 @dataclass
 class AgentConfig:
     """The keys every agent has (:mod:`distrl.learning.losses`); IMPALA's values in conf/agent/impala.yaml (how
-    they were measured: docs/learning.md)."""
+    they were measured: docs/lab/learning.md)."""
 
     name: str = MISSING
     optimizer: str = MISSING  # rmsprop | adam

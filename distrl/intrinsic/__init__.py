@@ -27,13 +27,19 @@ Decisions, with their sources:
   (2021) do not normalise RE3 (their ``beta`` was tuned per task); rllte standardises the rewards
   (mean subtracted) and clips them to [-1, 1]. Dividing RE3 by the std of its rewards, as distrl did
   first, left the intrinsic value loss at 3-17 and the gradient norm at 20-180 on DoorKey-8x8 (the
-  clip is 0.5), the value head's error drowning the policy's gradient (docs/exploration.md).
+  clip is 0.5), the value head's error drowning the policy's gradient (docs/lab/exploration.md).
+- **The intrinsic head's loss in the units of its advantages**: its values and targets enter the
+  value loss times ``coef_t`` (:meth:`distrl.learning.losses.base.AgentLoss.targets`), so the head
+  weighs in the torso it shares with the policy as much as its advantages weigh in the policy
+  gradient. Burda et al. train both heads at full weight beside standardised advantages; with raw
+  advantages (``experiment=minigrid``) the unweighted head took the gradient even at coef 0.001
+  (docs/lab/exploration.md).
 - **E3B: the std of the bonuses, then a clip** (``intrinsic.normalize=rewards``, ``intrinsic.clip=1``,
   E3B's defaults; facebookresearch/e3b divides the bonus by the running std of the bonuses
   (``reward_norm=int``) and clips rewards to [-1, 1]). An episode's first bonuses are about
   ``|phi|^2 / ridge``, hundreds of times the later ones: divided by the std of the returns they
   set, the later bonuses, where the door and the goal are, were a few thousandths
-  (docs/exploration.md). ``intrinsic.normalize`` and ``intrinsic.clip`` apply to every module.
+  (docs/lab/exploration.md). ``intrinsic.normalize`` and ``intrinsic.clip`` apply to every module.
 - **RND's observation statistics** (Burda et al. 2019, Section 2.4): observations are standardised
   by a running mean and std per element and clipped to [-5, 5]; for Atari only the newest frame of
   the stack is used, as in the paper. The statistics start with the first batch (the paper first

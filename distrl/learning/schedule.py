@@ -84,7 +84,7 @@ class Schedule:
 
         The learning rate is ``lr`` x a linear warm-up from 0 over the first ``lr_warmup_steps``
         agent steps (counting the next update's) x a linear decay to 0 at ``num_train_steps``
-        (docs/learning.md, "The first updates", says why the warm-up). The entropy cost is
+        (docs/lab/learning.md, "The first updates", says why the warm-up). The entropy cost is
         ``entropy_cost`` with ``constant``, times that decay (not the warm-up) with ``linear``,
         times :func:`piecewise_factor` at the agent steps consumed with a list of points; the
         intrinsic reward's weight follows its own list of points the same way.

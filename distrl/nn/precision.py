@@ -20,7 +20,7 @@ def cast_matmul_weights(model: nn.Module, dtype: torch.dtype) -> None:
     Under a bf16 :func:`autocast` these layers cast their fp32 weights to bf16 on every call (the
     same round-to-nearest-even as here), so a model run that way computes exactly what it computed
     with fp32 weights, without re-reading and casting 4 bytes per weight at every forward pass (the
-    actors' steps: docs/benchmarks.md, "fp32 against bf16"). Every other layer (the LSTM) stays fp32.
+    actors' steps: docs/lab/benchmarks.md, "fp32 against bf16"). Every other layer (the LSTM) stays fp32.
     Such a model runs only under a bf16 :func:`autocast`; weights copied into it are cast on copy."""
     for module in model.modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):

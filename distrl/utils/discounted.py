@@ -20,7 +20,7 @@ def reverse_discounted_sum(deltas: torch.Tensor, factors: torch.Tensor,
 
     Computed as one batched product with the upper-triangular ``T x T`` matrix of the products of
     ``f``: a dozen tensor operations whatever ``T``, where a loop over ``t`` launches several per
-    step, and a GPU learner is bounded by those launches (docs/benchmarks.md: the learner 1.21x on
+    step, and a GPU learner is bounded by those launches (docs/lab/benchmarks.md: the learner 1.21x on
     an H200). The sums' rounding differs from the loop's by about float32's epsilon. When
     ``T x T x (the rest)`` would exceed ``max_elements`` it loops.
 

@@ -128,7 +128,7 @@ def vtrace_with_episode_ends(
 # also monobeast and scalable_agent). With a sum the gradient grows with T x B, so RMSProp's
 # eps and the global-norm clip mean something else for every T and B: at monobeast's T=80,
 # B=8 the clip at 40 cut most updates 2-20x and eps = 0.01 was 8x sqrt(square_avg) of the
-# fully connected layer, and Pong stayed at random play (docs/learning.md). With means,
+# fully connected layer, and Pong stayed at random play (docs/lab/learning.md). With means,
 # the same eps and clip hold for any T x B, as in A2C and PPO.
 
 
