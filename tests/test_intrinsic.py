@@ -2,13 +2,17 @@
 keys that configure them."""
 
 import io
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import assert_actor_holds, compose_train, metrics
+from conftest import REPO, assert_actor_holds, compose_train, metrics
 from test_learner import learner_for, on_policy_batch
 
 from distrl.config.schema import ConfigError
+from distrl.envs.sparse import SparseChain
 from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
 from distrl.learning.losses.vtrace import baseline_loss
 from distrl.nn.actor_learner import ActorLearner
@@ -482,3 +486,14 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
     module = trainer.intrinsic
     for actor_p, learner_p in zip(module.actor_bonus.encoder.parameters(), module.encoder.parameters(), strict=True):
         assert torch.equal(actor_p, learner_p.cpu())
+
+    # scripts/e3b_bonuses.py on the run's checkpoint: one random episode of the chain (80 steps),
+    # its first bonus |phi|^2 / ridge with the trained phi
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "e3b_bonuses.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    profile = json.loads(done.stdout)
+    phi = module.encoder(module.inputs(torch.as_tensor(SparseChain().reset(seed=123)[0])[None])).float()
+    assert profile["first_bonus"] == pytest.approx(phi.pow(2).sum().item() / cfg.intrinsic.ridge, rel=1e-3)
+    assert profile["episode_steps"] <= 80 and len(profile["paid_first_10"]) == 10
+    assert 0.0 <= profile["square_share_first_10"] <= profile["square_share_first_50"] <= 1.0
