@@ -39,7 +39,10 @@ Decisions, with their sources:
   (``reward_norm=int``) and clips rewards to [-1, 1]). An episode's first bonuses are about
   ``|phi|^2 / ridge``, hundreds of times the later ones: divided by the std of the returns they
   set, the later bonuses, where the door and the goal are, were a few thousandths
-  (docs/lab/exploration.md). ``intrinsic.normalize`` and ``intrinsic.clip`` apply to every module.
+  (docs/lab/exploration.md). They still set the std of the bonuses: on DoorKey-16x16 an episode's
+  first 10 steps hold 99.9 % of its squared bonus, and after the division and the clip the later
+  bonuses are about 0.001 (``scripts/e3b_bonuses.py``; docs/lab/exploration.md). ``intrinsic.normalize``
+  and ``intrinsic.clip`` apply to every module.
 - **RND's observation statistics** (Burda et al. 2019, Section 2.4): observations are standardised
   by a running mean and std per element and clipped to [-5, 5]; for Atari only the newest frame of
   the stack is used, as in the paper. The statistics start with the first batch (the paper first
