@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[dev,sweeps,docs]"
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv: torch ($(TORCH); docs/install.md) first, then distrl with the dev, sweeps and docs extras
+install: $(STAMP) ## create .venv: torch first (make install TORCH=...: docs/install.md), then distrl with the dev, sweeps and docs extras
 
 train: $(STAMP) ## distrl train with the defaults (Atari Pong); add ARGS="key=value ..."
 	$(BIN)/distrl train $(ARGS)

@@ -2,7 +2,7 @@
 
 The Python API, distrl's own::
 
-    from distrl import Trainer, compose_config
+    from distrl import ConfigError, Trainer, compose_config
     cfg = compose_config(["experiment=cartpole", "train.num_train_steps=100000"])
     trainer = Trainer(cfg, run_dir="outputs/api-run")
     trainer.train()
@@ -27,8 +27,8 @@ from distrl.version import __version__
 # them; importing distrl.conf imports this package first.
 _register_configs()
 
-__all__ = ["IMPALA", "DistributedActorLearner", "DistributedAgent", "DistributedTrainer", "SimulatorDistributed",
-           "Trainer", "__version__", "compose_config"]
+__all__ = ["IMPALA", "ConfigError", "DistributedActorLearner", "DistributedAgent", "DistributedTrainer",
+           "SimulatorDistributed", "Trainer", "__version__", "compose_config"]
 
 # name -> (module, attribute): imported on first use (PEP 562), so that `distrl --help`, shell
 # completion and config errors answer without importing torch
@@ -40,6 +40,7 @@ _LAZY = {
     "SimulatorDistributed": ("distrl.compat.rlpack", "SimulatorDistributed"),
     "Trainer": ("distrl.runtime.trainer", "Trainer"),
     "compose_config": ("distrl.runtime.preflight", "compose_config"),
+    "ConfigError": ("distrl.config.schema", "ConfigError"),
 }
 
 

@@ -139,14 +139,22 @@ def write_record(run_dir: str | Path, dest: str | Path, *, run: str, command: st
     """Write the record of ``run_dir`` to ``dest`` (a ``.csv.gz`` file): the provenance lines, the
     resolved config, then every metrics line as a CSV row over the union of their keys (first-seen
     order; empty where a line lacks a key). Returns ``dest``."""
-    run_dir, dest = Path(run_dir), Path(dest)
-    rows = metrics(run_dir)
+    return write_rows(metrics(run_dir), config(run_dir), dest, run=run, command=command, machine=machine,
+                      commit=commit)
+
+
+def write_rows(rows: list[dict[str, Any]], run_config: dict[str, Any], dest: str | Path, *, run: str, command: str,
+               machine: str, commit: str) -> Path:
+    """Write a run record of metrics ``rows`` (dicts with ``agent_steps`` and ``time`` at least) made
+    with ``run_config`` (plain values): :func:`write_record`'s format, for a run of another trainer too
+    (scripts/sf_record.py). Returns ``dest``."""
+    dest = Path(dest)
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))
     text = io.StringIO()
     for key, value in (("run", run), ("command", command), ("machine", machine), ("commit", commit),
-                       ("config", json.dumps(config(run_dir), sort_keys=True))):
+                       ("config", json.dumps(run_config, sort_keys=True))):
         text.write(f"# {key}: {value}\n")
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(columns)

@@ -49,10 +49,12 @@ def compose():
 
 @pytest.mark.parametrize(("page", "argv"), shown_commands(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
 def test_every_command_on_a_user_page_composes(page, argv, compose):
-    command, args = argv[0], argv[1:]
+    from hydra._internal.utils import get_args_parser
+
+    command, args = argv[0], [a for a in argv[1:] if a != "..."]
     overrides = []
-    for arg in args:
-        if arg.startswith("-") or arg.lstrip("+").startswith("hydra") or arg == "...":
+    for arg in get_args_parser().parse_args(args).overrides:  # as Hydra reads the line: flags and their values apart
+        if arg.lstrip("+").startswith("hydra"):
             continue
         for placeholder, value in PLACEHOLDERS.items():
             arg = arg.replace(placeholder, value)

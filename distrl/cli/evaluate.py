@@ -14,11 +14,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from distrl.cli.exits import checked, fail
-from distrl.config.checks import validate_bf16_device, validate_env, validate_eval
 from distrl.config.host import actor_precision, resolve_device
 from distrl.config.schema import ConfigError, config_dir, register_configs
-from distrl.runs import load_policy
-from distrl.utils.checkpoint import CheckpointError
 
 log = logging.getLogger("distrl")
 
@@ -37,8 +34,13 @@ def evaluation_precision(state: dict) -> str:
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="eval")
 def main(cfg: DictConfig) -> None:
     """Load ``ckpt``, play ``num_episodes`` episodes, print them and write ``results.json``."""
-    checked("eval", cfg, validate_eval)
+    # torch is imported here, not with the module: Hydra's --cfg, --info and completion never call main
+    from distrl.config.checks import validate_bf16_device, validate_env, validate_eval
+    from distrl.runs import load_policy
     from distrl.runtime.evaluator import evaluate, record_episodes
+    from distrl.utils.checkpoint import CheckpointError
+
+    checked("eval", cfg, validate_eval)
 
     try:
         model, train_cfg, state = load_policy(cfg.ckpt)

@@ -8,12 +8,13 @@ that does not parse) end the command the same way as distrl's validation (:func:
 
 from __future__ import annotations
 
-import re
+import argparse
 import shutil
 import sys
 from pathlib import Path
 
-from distrl.config.schema import ConfigError, config_dir
+from distrl.config.compose import compose_or_refuse, parse_overrides
+from distrl.config.schema import ConfigError
 
 
 def fail(command: str, message: str, code: int = 2, remove_run_dir: bool = False) -> None:
@@ -63,25 +64,57 @@ def remove_if_only_hydra(path: str | Path) -> bool:
     return True
 
 
-def precheck(command: str, args: list[str]) -> None:
-    """Compose ``distrl <command>``'s config with the command line's overrides ``args`` (a sweep once
-    per value of each swept key; Hydra's own ``hydra.*`` keys and flags left to Hydra) and end the
-    command with one line and exit code 2 when Hydra refuses them.
+def hydra_args(command: str, args: list[str]) -> argparse.Namespace:
+    """``args`` as Hydra's own argument parser reads them (``--cfg job``, ``-p agent``, ``--info defaults``,
+    the overrides), with the combinations Hydra refuses refused here in one line and exit code 2.
+
+    ``--package`` without ``--cfg`` is refused too: Hydra would ignore it and start the run the user
+    meant to look at."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = f"distrl {command}"
+
+    def refuse(message: str) -> None:  # argparse's own refusals (a bad choice, an unknown flag), in one line
+        fail(command, message)
+
+    parser.error = refuse
+    parsed = parser.parse_args(args)
+    if parsed.resolve and parsed.cfg is None and not parsed.help:
+        fail(command, "--resolve is used with --cfg (or --help): e.g. distrl "
+                      f"{command} --cfg job --resolve")
+    if parsed.package is not None and parsed.cfg is None and not parsed.help:
+        fail(command, f"--package {parsed.package} shows a part of the config with --cfg: e.g. distrl {command} "
+                      f"--cfg job --package {parsed.package}")
+    shown = [flag for flag, given in (("--run", parsed.run), ("--multirun", parsed.multirun),
+                                      ("--cfg", parsed.cfg is not None), ("--info", parsed.info is not None))
+             if given]
+    if len(shown) > 1:
+        fail(command, f"{' and '.join(shown)} together: give one of --run, --multirun, --cfg and --info")
+    return parsed
+
+
+def precheck(command: str, parsed: argparse.Namespace) -> None:
+    """Compose ``distrl <command>``'s config with the overrides of its command line as Hydra read it
+    (:func:`hydra_args`) (a sweep once per value of each swept key; Hydra's own ``hydra.*`` keys left to
+    Hydra) and end the command with one line and exit code 2 when Hydra refuses them.
 
     The message names the key or group and what is allowed: the options of ``conf/<group>/`` (never
-    the typed schemas behind them), or ``--help`` for the keys.
+    the typed schemas behind them), or ``--help`` for the keys, with the nearest name for a typo.
+    With ``--config-name``, ``--config-path``, ``--config-dir`` or ``--experimental-rerun`` the
+    config is not distrl's own, and only the flags are checked (by :func:`hydra_args`).
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
-    from hydra.errors import OverrideParseException
 
-    given = [a for a in args if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    if any((parsed.config_name, parsed.config_path, parsed.config_dir, parsed.experimental_rerun)):
+        return
+    given = [a for a in parsed.overrides if not a.lstrip("+~").startswith("hydra")]
     try:
-        parsed = OverridesParser.create().parse_overrides(given)
-    except OverrideParseException as exc:
-        fail(command, f"cannot parse the overrides {' '.join(given)}: {_first_line(exc)}")
+        overrides = parse_overrides(given)
+    except ConfigError as exc:
+        fail(command, str(exc))
     plain, swept = [], []
-    for override in parsed:
+    for override in overrides:
         if not override.is_sweep_override():
             plain.append(override.input_line)
         elif override.value_type != ValueType.INTERVAL_SWEEP:  # an Optuna interval is the sweeper's
@@ -91,53 +124,11 @@ def precheck(command: str, args: list[str]) -> None:
     # every value of each swept key once, beside the first value of the others
     trials = [[*plain, *firsts]] + [[*plain, *firsts[:k], value, *firsts[k + 1:]]
                                     for k, values in enumerate(swept) for value in values[1:]]
-    for overrides in trials:
-        _compose(command, overrides)
+    for trial in trials:
+        try:
+            compose_or_refuse(trial, config_name="train" if command == "train" else "eval")
+        except ConfigError as exc:
+            fail(command, str(exc))
 
 
 MAX_SWEEP_VALUES = 50  # the values of a swept key checked before the sweep starts
-
-
-def _compose(command: str, overrides: list[str]) -> None:
-    from hydra.errors import ConfigCompositionException, MissingConfigException
-
-    from distrl.config.compose import compose
-
-    try:
-        compose(overrides, config_name="train" if command == "train" else "eval")
-    except MissingConfigException as exc:
-        found = re.search(r"Could not find '([^/']+)/([^']*)'", str(exc))
-        if not found:
-            fail(command, _first_line(exc))
-        group, option = found.groups()
-        fail(command, f"{group}={option} is not allowed: use one of {', '.join(group_options(group))}")
-    except ConfigCompositionException as exc:
-        fail(command, _composition_message(command, exc))
-
-
-def group_options(group: str) -> list[str]:
-    """The options of config group ``group`` a user may choose (``conf/<group>/*.yaml``, no schema)."""
-    return sorted(p.stem for p in Path(config_dir(), group).glob("*.yaml") if not p.stem.endswith("_schema"))
-
-
-def _composition_message(command: str, exc: Exception) -> str:
-    text = str(exc)
-    unknown = re.search(r"Could not override '([^']+)'", text)
-    if unknown:
-        return f"{unknown.group(1)} is not a key of distrl {command}: `distrl {command} --help` lists the keys"
-    present = re.search(r"An item is already at '([^']+)'", text)
-    if present:
-        key = present.group(1)
-        return f"+{key} adds a key, and {key} is one already: give {key}=VALUE"
-    merging = re.search(r"Error merging override (\S+)", text)
-    if merging and exc.__cause__ is not None:
-        cause = _first_line(exc.__cause__)
-        key = merging.group(1).split("=", 1)[0].lstrip("+~")
-        if re.search(r"could not be converted to|Value '.*' is not a valid", cause):
-            return f"{merging.group(1)} is not allowed: {cause}"
-        return f"{merging.group(1)} is not allowed: {cause} (key {key})"
-    return _first_line(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

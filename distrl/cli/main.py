@@ -9,38 +9,35 @@ import sys
 
 from distrl.utils.signals import Terminated
 
-USAGE = """usage: distrl <command> [key=value ...] [group=option ...] [-m] [--help]
+USAGE = """usage: distrl <command> [key=value ...] [group=option ...] [-m] [--help] [Hydra's flags]
 
 commands:
   train   actor-learner training (conf/train.yaml; agent=appo or impala), e.g. distrl train env.id=ALE/Breakout-v5
   eval    score a checkpoint (conf/eval.yaml), e.g. distrl eval ckpt=outputs/<run>/checkpoints/latest.pt
 
-'distrl train --help' lists the config groups and every key with its default."""
-
-GROUPS = ("env", "model", "agent", "intrinsic", "logger", "experiment")
+'distrl train --help' lists the config groups and every key with its default; 'distrl train
+--hydra-help' Hydra's own flags (--cfg job, --info defaults, ...); 'distrl --version' the version."""
 
 
 def command_help(command: str, overrides: list[str]) -> int:
     """Print the config groups a user may choose from and the composed config (with ``overrides``)."""
-    from pathlib import Path
 
     from omegaconf import OmegaConf
 
-    from distrl.config.compose import compose
-    from distrl.config.schema import config_dir
+    from distrl.config.compose import GROUPS, compose_or_refuse, group_options
+    from distrl.config.schema import ConfigError
 
     name = "train" if command == "train" else "eval"
     lines = [f"usage: distrl {command} [key=value ...] [group=option ...] [-m]", ""]
     if command == "train":
         lines.append("config groups (group=option):")
         for group in GROUPS:
-            options = sorted(p.stem for p in (Path(config_dir()) / group).glob("*.yaml"))
-            lines.append(f"  {group + ':':12s} {', '.join(options)}")
+            lines.append(f"  {group + ':':12s} {', '.join(group_options(group))}")
         lines.append("")
     try:
-        cfg = compose([o for o in overrides if not o.startswith("hydra")], config_name=name)
-    except Exception as exc:  # an unknown key or option: Hydra's message names it
-        print(f"distrl {command}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        cfg = compose_or_refuse([o for o in overrides if not o.lstrip("+~").startswith("hydra")], config_name=name)
+    except ConfigError as exc:
+        print(f"distrl {command}: error: {exc}", file=sys.stderr)
         return 2
     lines += [f"keys, with {'these overrides' if overrides else 'the defaults'} (conf/{name}.yaml):", "",
               OmegaConf.to_yaml(cfg).rstrip(), "",
@@ -105,8 +102,13 @@ def shell_completion(argv: list[str]) -> int:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         command_main()
-    # the typed schemas behind the env and model options are not options a user picks (as in --help)
-    print(" ".join(word for word in out.getvalue().split() if "_schema" not in word))
+    words = [word for word in out.getvalue().split() if "_schema" not in word]  # not options a user picks
+    if command == "eval":  # Hydra offers every group of conf/; eval composes none of them
+        from distrl.config.compose import GROUPS
+
+        words = [word for word in words if not any(word.startswith((f"{g}=", f"{g}.")) for g in GROUPS)
+                 or word.startswith("env.")]
+    print(" ".join(words))
     return 0
 
 
@@ -118,15 +120,21 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("--version", "-V"):
+        from distrl.version import __version__
+
+        print(f"distrl {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in ("train", "eval"):
         print(f"distrl: unknown command {command!r}; allowed: train, eval\n\n{USAGE}", file=sys.stderr)
         return 2
-    if "-h" in rest or "--help" in rest:
-        return command_help(command, [a for a in rest if a not in ("-h", "--help", "-m", "--multirun")])
-    from distrl.cli.exits import precheck
+    from distrl.cli.exits import hydra_args, precheck
 
-    precheck(command, rest)  # Hydra's composition errors as one line, before Hydra makes a run directory
+    parsed = hydra_args(command, rest)  # as Hydra reads it: flags, their values and the overrides
+    if parsed.help:
+        return command_help(command, parsed.overrides)
+    precheck(command, parsed)  # Hydra's composition errors as one line, before Hydra makes a run directory
     if command == "train":
         from distrl.cli.train import main as command_main
     else:

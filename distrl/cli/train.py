@@ -15,7 +15,6 @@ from omegaconf import DictConfig
 from distrl.cli import sweeps
 from distrl.cli.exits import checked, fail, remove_if_only_hydra
 from distrl.config.schema import ConfigError, config_dir, register_configs
-from distrl.utils.checkpoint import CheckpointError
 from distrl.utils.runlock import RunDirectoryBusy
 from distrl.utils.signals import Terminated
 
@@ -67,6 +66,7 @@ def _train(cfg: DictConfig) -> float | None:
         return
 
     from distrl.runtime.trainer import ActorFailure, RankLost, Stalled, Trainer, TrainingError
+    from distrl.utils.checkpoint import CheckpointError
 
     ranks = distributed.from_environment(cfg.distributed.backend, cfg.distributed.timeout)
     if ranks.enabled:

@@ -271,9 +271,25 @@ def config_dir() -> str:
     return str(package.parent / "conf")
 
 
+def run_dir_suffix(*tag: str, _root_: DictConfig) -> str:
+    """``${distrl_tag:}`` in ``hydra.run.dir``: ``_<tag>`` for a run with ``tag=<tag>``, else ``""``.
+
+    The tag is read from the config's root; Hydra's ``--cfg hydra --resolve`` resolves its own node
+    alone, and there the tag is found among the command line's overrides. (A positional tag, as in
+    ``${distrl_tag:${tag}}`` of configs saved before, is taken as given.)"""
+    if tag:
+        value = tag[0]
+    elif "tag" in _root_:
+        value = _root_.tag
+    else:
+        given = OmegaConf.select(_root_, "hydra.overrides.task", default=None) or []
+        value = next((o.split("=", 1)[1] for o in given if o.split("=", 1)[0].lstrip("+~") == "tag"), "")
+    return f"_{value}" if value else ""
+
+
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore and register the ``distrl_tag`` resolver (idempotent)."""
-    OmegaConf.register_new_resolver("distrl_tag", lambda tag: f"_{tag}" if tag else "", replace=True)
+    OmegaConf.register_new_resolver("distrl_tag", run_dir_suffix, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalConfig)

@@ -27,7 +27,7 @@ from distrl.config.checks import (
 )
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
-from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, MINIBATCHES, TrainConfig, check_keys
+from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, MINIBATCHES, ConfigError, TrainConfig, check_keys
 from distrl.envs import EnvSpec
 from distrl.intrinsic import NAMES, NORMALIZATIONS
 from distrl.nn.encoders import MIN_IMAGE_SIDE
@@ -150,6 +150,7 @@ def validate_with_spec(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> 
         ConfigError: the first bad value, naming its key and what is allowed.
     """
     _validate_model_fits(cfg.model, spec)
+    _validate_continuous_protocol(cfg, spec)
     _validate_intrinsic(cfg, spec)
     _validate_slots_memory(cfg, placement, spec)
     path = cfg.train.init_model_path
@@ -270,10 +271,13 @@ def _validate_model(cfg: DictConfig) -> None:
 
 def _validate_model_fits(model: DictConfig, spec: EnvSpec) -> None:
     """Whether the model's encoder fits the env's observations."""
+    flat = ("mlp for flat ones: experiment=mujoco for continuous control (Box actions), or add model=mlp"
+            if spec.action_space.kind == "box"
+            else "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)")
     check(
         (model.encoder != "mlp") == spec.is_image, "model.encoder", model.encoder,
-        "nature_cnn, impala_resnet or minigrid_cnn for image observations (env=atari, env=image_cue, env=minigrid), "
-        "mlp for flat ones (env=gym: add model=mlp, or use experiment=cartpole)",
+        f"nature_cnn, impala_resnet or minigrid_cnn for image observations (env=atari, env=image_cue, env=minigrid), "
+        f"{flat}",
     )
     check(not (model.normalize_obs and spec.is_image), "model.normalize_obs", model.normalize_obs,
            "false for image observations (they are scaled to [0, 1] by the encoder)")
@@ -282,6 +286,21 @@ def _validate_model_fits(model: DictConfig, spec: EnvSpec) -> None:
         fitting = [name for name, least in MIN_IMAGE_SIDE.items() if side >= least]
         check(side >= MIN_IMAGE_SIDE[model.encoder], "model.encoder", model.encoder,
                f"one that takes images of {side} pixels a side: {', '.join(fitting)}")
+
+
+def _validate_continuous_protocol(cfg: DictConfig, spec: EnvSpec) -> None:
+    """Box actions with rewards clipped to [-1, 1] and raw observations, the values of the Atari agents
+    (conf/agent/appo.yaml, impala.yaml) with no preset, are refused: a continuous-control reward
+    clipped so carries little of its signal (issue 79: a Box task's best evaluation stayed at random
+    play's on that path, docs/lab/mujoco.md). ``experiment=mujoco`` sets continuous control's values;
+    either key set otherwise keeps these values on purpose."""
+    atari_protocol = cfg.agent.reward_clip is not None and not cfg.model.normalize_obs
+    if spec.action_space.kind == "box" and atari_protocol:
+        raise ConfigError(
+            f"env.id={cfg.env.id!r} has {spec.action_space.describe()} actions, and agent.reward_clip="
+            f"{cfg.agent.reward_clip} with model.normalize_obs=false is the Atari protocol, which does not learn "
+            f"continuous control: add experiment=mujoco (continuous control's preset), or set agent.reward_clip=null "
+            f"or model.normalize_obs=true to train with these values anyway")
 
 
 def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:

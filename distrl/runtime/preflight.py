@@ -11,7 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from distrl.config.checks import env_spec_error, validate_eval
-from distrl.config.compose import compose
+from distrl.config.compose import compose_or_refuse
 from distrl.config.schema import ConfigError
 from distrl.config.validation import Validated, validate_config, validate_with_spec
 from distrl.envs import SpaceError, env_spec
@@ -44,17 +44,17 @@ def validate(cfg: DictConfig) -> Validated:
 def compose_config(overrides: list[str] | tuple[str, ...] = (), config_name: str = "train",
                    check: bool = True) -> DictConfig:
     """The config ``distrl train`` (or ``distrl eval``, ``config_name="eval"``) would run with these
-    command-line overrides, composed by Hydra from ``conf/`` (:func:`distrl.config.compose.compose`)
+    command-line overrides, composed by Hydra from ``conf/`` (:func:`distrl.config.compose.compose_or_refuse`)
     and, if ``check``, validated (:func:`validate`, or :func:`distrl.config.checks.validate_eval`).
 
     Example: ``compose_config(["experiment=cartpole", "train.num_train_steps=100000"])``.
 
     Raises:
-        ConfigError: a bad value (the same one-line message as the command's).
-        hydra.errors.ConfigCompositionException: an unknown key or group option, or a value of
-            the wrong type.
+        ConfigError: every refusal of the command's config, with the one line the command prints after
+            ``distrl train: error:``: an override that does not parse, an unknown key or group option,
+            a value of the wrong type or a bad value.
     """
-    cfg = compose(overrides, config_name)
+    cfg = compose_or_refuse(overrides, config_name)
     if check:
         (validate if config_name == "train" else validate_eval)(cfg)
     return cfg
