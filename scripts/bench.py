@@ -241,7 +241,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
     slots = Slots(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))
-    buf = slots.buffers
+    buf = slots.tensors
     if spec.obs_dtype == np.uint8:
         buf["obs"].random_(0, 255)
     else:

@@ -61,7 +61,7 @@ def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
             index = pool.full_queue.get(timeout=1)
         except queue.Empty:
             continue
-        slots.append({k: v[index].clone() for k, v in pool.buffers.items()})
+        slots.append({k: v[index].clone() for k, v in pool.tensors.items()})
         pool.free_queue.put(index)
     stop.set()
     thread.join(timeout=30)

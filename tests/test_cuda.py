@@ -84,7 +84,7 @@ def test_prefetched_batches_on_cuda_hold_the_slots_the_learner_took():
     layout = RolloutLayout(num_steps=31, obs_shape=(4, 84, 84), obs_dtype=torch.uint8,
                            action_space=ActionSpace("discrete", (6,)))
     slots = Slots(layout, 8, multiprocessing.get_context("fork"))
-    slots.buffers["obs"].random_(0, 255)
+    slots.tensors["obs"].random_(0, 255)
     drain(slots.free_queue)
     for index in range(8):
         slots.full_queue.put(index)
@@ -93,9 +93,9 @@ def test_prefetched_batches_on_cuda_hold_the_slots_the_learner_took():
     for first in range(0, 8, 2):
         batch = source.next().tensors
         assert batch["obs"].is_cuda
-        expected = slots.buffers["obs"][[first, first + 1]].transpose(0, 1)
+        expected = slots.tensors["obs"][[first, first + 1]].transpose(0, 1)
         assert torch.equal(batch["obs"].cpu(), expected)
-        slots.buffers["obs"][first].zero_()  # the slot is free again: an actor would overwrite it
+        slots.tensors["obs"][first].zero_()  # the slot is free again: an actor would overwrite it
         assert torch.equal(batch["obs"].cpu(), expected)  # the copy is the batch's own
     stop.set()
     source.close()

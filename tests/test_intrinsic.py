@@ -13,9 +13,10 @@ from test_learner import learner_for, on_policy_batch
 
 from distrl.config.schema import ConfigError
 from distrl.envs.sparse import SparseChain
-from distrl.intrinsic import RE3, RND, RunningMeanStd, make_intrinsic, needs_value_head
-from distrl.learning.losses.vtrace import baseline_loss
+from distrl.intrinsic import RE3, RND, make_intrinsic, needs_value_head
+from distrl.learning.losses.terms import baseline_loss
 from distrl.nn.actor_learner import ActorLearner
+from distrl.nn.normalization import RunningMeanStd
 from distrl.runtime.preflight import validate
 
 T, B, A = 8, 4, 5
@@ -52,10 +53,10 @@ def actor_bonuses(module, obs: torch.Tensor, ended: torch.Tensor) -> torch.Tenso
 
 
 def test_running_mean_std_is_that_of_all_samples_seen():
-    rms = RunningMeanStd((3,))
+    rms = RunningMeanStd((3,), prior_count=0.0)  # as the intrinsic rewards' statistics
     parts = [torch.randn(n, 3) * 2 + 1 for n in (5, 40, 1)]
     for part in parts:
-        rms.update(part)
+        rms.update_from(part)
     every = torch.cat(parts).double()
     torch.testing.assert_close(rms.mean, every.mean(0))
     torch.testing.assert_close(rms.var, every.var(0, unbiased=False))

@@ -98,7 +98,7 @@ def test_a_learners_batches_are_its_full_slots_in_order_each_freed_once(prefetch
                            action_space=ActionSpace("discrete", (2,)))
     slots = Slots(layout, 8, CTX)
     for index in range(8):
-        slots.buffers["env_id"][index] = 100 + index
+        slots.tensors["env_id"][index] = 100 + index
     order = [5, 2, 7, 0, 3, 6]  # three batches of two, filled by actors in this order
     assert sorted(drain(slots.free_queue)) == list(range(8))
     for index in order:

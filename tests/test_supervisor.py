@@ -15,7 +15,7 @@ from distrl.learning.thread import LearnerStats
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
-from distrl.sampling.actor import ActorContext
+from distrl.sampling.context import ActorContext
 from distrl.sampling.slots import Channels, Slots
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
@@ -36,7 +36,7 @@ def workers(target, max_restarts: int, window: float = 600.0):
                            action_space=ActionSpace("discrete", (2,)))
     slots = Slots(layout, 8, CTX)
     channels = Channels.create(slots, CTX, 1)
-    ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, buffers=slots.buffers,
+    ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, slot_tensors=slots.tensors,
                        channels=channels, parent_pid=os.getpid())
     w = Workers(CTX, slots, channels, learner=None, stats=LearnerStats(), max_restarts=max_restarts,
                 restart_window=window, reseed=lambda actor_id, restart: 100 + 1000 * restart, target=target)

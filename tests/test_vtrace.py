@@ -13,8 +13,15 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from distrl.learning.losses import vtrace
+from distrl.learning.losses.terms import baseline_loss, standardise
+
+
+def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``log pi(a_t | x_t)``: logits ``[T, B, A]``, actions ``[T, B]`` int64 -> ``[T, B]``."""
+    return -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none").view_as(actions)
 
 
 def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final_values, gamma, rho_bar, c_bar,
@@ -56,7 +63,7 @@ def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final
 
 def from_logits(behaviour, target, actions, *args, **kwargs):
     """V-trace with ``log_rhos = log pi(a) - log mu(a)`` from the two policies' logits."""
-    log_rhos = vtrace.action_log_probs(target, actions) - vtrace.action_log_probs(behaviour, actions)
+    log_rhos = action_log_probs(target, actions) - action_log_probs(behaviour, actions)
     return vtrace.vtrace_with_episode_ends(log_rhos, *args, **kwargs)
 
 
@@ -80,7 +87,7 @@ def test_vtrace_matches_the_papers_sum(seed, rho_bar, c_bar, trace_lambda):
 
     got = from_logits(behaviour, target, actions, rewards, terminated, truncated, values,
                       bootstrap, final_values, gamma, rho_bar, c_bar, trace_lambda)
-    log_rhos = (vtrace.action_log_probs(target, actions) - vtrace.action_log_probs(behaviour, actions))
+    log_rhos = (action_log_probs(target, actions) - action_log_probs(behaviour, actions))
     want_vs, want_adv = reference(log_rhos.tolist(), rewards.tolist(), values.tolist(), bootstrap.tolist(),
                                   terminated.tolist(), truncated.tolist(), final_values.tolist(), gamma,
                                   rho_bar, c_bar, trace_lambda)
@@ -102,13 +109,12 @@ def test_on_policy_vtrace_is_the_n_step_return():
 
 
 def test_loss_terms():
-    logits = torch.tensor([[[0.0, math.log(3.0)]]])  # pi = (0.25, 0.75)
-    actions = torch.tensor([[1]])
-    adv = torch.tensor([[2.0]])
-    assert vtrace.policy_gradient_loss(logits, actions, adv).item() == pytest.approx(-math.log(0.75) * 2.0)
-    assert vtrace.baseline_loss(adv).item() == pytest.approx(2.0)
-    entropy = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
-    assert vtrace.entropy_loss(logits).item() == pytest.approx(-entropy)
+    adv = torch.tensor([[2.0, -1.0], [0.5, 0.5]])
+    assert baseline_loss(adv).item() == pytest.approx(0.5 * (4.0 + 1.0 + 0.25 + 0.25) / 4)
+    standardised = standardise(adv)
+    assert standardised.mean().item() == pytest.approx(0.0, abs=1e-6)
+    assert standardised.std(correction=0).item() == pytest.approx(1.0, abs=1e-6)
+    assert standardise(torch.ones(3, 2)).abs().max().item() == 0.0  # equal advantages: 0, finite
 
 
 def test_on_policy_vtrace_with_a_trace_lambda_is_the_lambda_return():

@@ -65,12 +65,12 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from distrl.intrinsic.base import NORMALIZATIONS, IntrinsicReward, RunningMeanStd, feature_net
+from distrl.intrinsic.base import NORMALIZATIONS, IntrinsicReward, feature_net
 from distrl.intrinsic.e3b import E3B, ActorBonus
 from distrl.intrinsic.re3 import RE3
 from distrl.intrinsic.rnd import RND
 
-__all__ = ["E3B", "NAMES", "NORMALIZATIONS", "RE3", "RND", "ActorBonus", "IntrinsicReward", "RunningMeanStd",
+__all__ = ["E3B", "NAMES", "NORMALIZATIONS", "RE3", "RND", "ActorBonus", "IntrinsicReward",
            "feature_net", "intrinsic_for_run", "make_intrinsic", "needs_value_head"]
 
 NAMES = ("none", "rnd", "re3", "e3b")

@@ -1,6 +1,6 @@
 """What every intrinsic reward module shares: :class:`IntrinsicReward` (the rewards of a batch, their
-normalisation, the checkpoint state), the random encoders (:func:`feature_net`) and
-:class:`RunningMeanStd`. The decisions behind them are in :mod:`distrl.intrinsic`."""
+normalisation, with :class:`distrl.nn.normalization.RunningMeanStd`, the checkpoint state) and the
+random encoders (:func:`feature_net`). The decisions behind them are in :mod:`distrl.intrinsic`."""
 
 from __future__ import annotations
 
@@ -11,38 +11,11 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from distrl.nn.normalization import RunningMeanStd
 from distrl.rollout import STEPS
 from distrl.utils.discounted import reverse_discounted_sum
 
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
-
-
-class RunningMeanStd(nn.Module):
-    """Running mean and variance of ``[N, *shape]`` samples (Chan et al. 1979's parallel update),
-    kept as buffers so that they are in the module's ``state_dict``."""
-
-    def __init__(self, shape: tuple[int, ...] = ()):
-        super().__init__()
-        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
-        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        x = x.detach().double().reshape(-1, *self.mean.shape)
-        n = x.shape[0]
-        if n == 0:
-            return
-        mean, var = x.mean(0), x.var(0, unbiased=False)
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean += delta * n / total
-        self.var.copy_((self.var * self.count + var * n + delta**2 * self.count * n / total) / total)
-        self.count.copy_(total)
-
-    @property
-    def std(self) -> torch.Tensor:
-        return self.var.sqrt().float()
 
 
 def feature_net(obs_shape: tuple[int, ...], out_dim: int) -> nn.Module:
@@ -118,9 +91,9 @@ class IntrinsicReward(nn.Module):
         self.discount = discount
         self.episodic = episodic
         self.cfg = cfg
-        self.reward_rms = RunningMeanStd()
+        self.reward_rms = RunningMeanStd(prior_count=0.0)
         # intrinsic.obs_norm: the inputs' running mean and std per element (Burda et al. 2019, Section 2.4)
-        self.obs_rms = RunningMeanStd(self.input_shape) if cfg.obs_norm else None
+        self.obs_rms = RunningMeanStd(self.input_shape, prior_count=0.0) if cfg.obs_norm else None
         self.optimizer: torch.optim.Optimizer | None = None
 
     def inputs(self, obs: torch.Tensor, update_stats: bool = False) -> torch.Tensor:
@@ -132,7 +105,7 @@ class IntrinsicReward(nn.Module):
         if self.obs_rms is None:
             return x
         if update_stats:
-            self.obs_rms.update(x)
+            self.obs_rms.update_from(x)
         return ((x - self.obs_rms.mean.float()) / self.obs_rms.std.clamp_min(1e-8)).clamp(-5.0, 5.0)
 
     @torch.no_grad()
@@ -163,11 +136,11 @@ class IntrinsicReward(nn.Module):
         at an episode's end only if episodic (Burda et al. 2019, Section 2.4); ``rewards``: of the
         rewards of the steps that did not end an episode (E3B's ``reward_norm=int``)."""
         if self.cfg.normalize == "rewards":
-            self.reward_rms.update(raw[~ended])
+            self.reward_rms.update_from(raw[~ended])
             return self.reward_rms.std.clamp_min(1e-8)
         keep = (~ended).float() if self.episodic else torch.ones_like(raw)
         returns = reverse_discounted_sum(raw, self.discount * keep)  # G_t = r_t + gamma keep_t G_{t+1}
-        self.reward_rms.update(returns)
+        self.reward_rms.update_from(returns)
         return self.reward_rms.std.clamp_min(1e-8)
 
     def update(self, batch: dict[str, torch.Tensor]) -> float | None:

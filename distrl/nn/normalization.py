@@ -27,19 +27,30 @@ class RunningMeanStd(nn.Module):
     Args:
         shape: one sample's shape (``()`` for scalars).
         clip: normalised values are clipped to ``[-clip, clip]`` (CleanRL and Gymnasium's wrappers: 10).
-        epsilon: added to the variance before the square root, and the count of the prior moments
-            (mean 0, variance 1), as in Baselines.
+        epsilon: added to the variance before the square root.
+        prior_count: the weight of the prior moments (mean 0, variance 1): Baselines' 1e-4 for the
+            observations and returns; 0 for the intrinsic rewards' statistics, which the first batch sets.
 
     Buffers (float64 for the sums' precision over millions of samples): ``mean [*shape]``,
     ``var [*shape]``, ``count []``.
     """
 
-    def __init__(self, shape: tuple[int, ...] = (), clip: float = 10.0, epsilon: float = 1e-8):
+    def __init__(self, shape: tuple[int, ...] = (), clip: float = 10.0, epsilon: float = 1e-8,
+                 prior_count: float = 1e-4):
         super().__init__()
         self.clip, self.epsilon = clip, epsilon
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
-        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(prior_count, dtype=torch.float64))
+
+    @property
+    def std(self) -> torch.Tensor:
+        """``sqrt(var)``, float32 ``[*shape]``."""
+        return self.var.sqrt().float()
+
+    def update_from(self, samples: torch.Tensor) -> None:
+        """Merge ``[N, *shape]`` ``samples`` (any leading dimensions) into the statistics, on this rank alone."""
+        self.update(self.moments(samples, self.mean.dim()))
 
     @staticmethod
     def moments(samples: torch.Tensor, ndim: int) -> torch.Tensor:

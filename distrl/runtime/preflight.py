@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 
 from distrl.config.checks import env_spec_error, validate_eval
 from distrl.config.compose import compose_or_refuse
+from distrl.config.fits import validate_with_spec
 from distrl.config.schema import ConfigError
-from distrl.config.validation import Validated, validate_config, validate_with_spec
+from distrl.config.validation import Validated, validate_config
 from distrl.envs import SpaceError, env_spec
 
 __all__ = ["ConfigError", "Validated", "compose_config", "validate"]

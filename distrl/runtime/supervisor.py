@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from distrl.learning.distributed import CollectiveFailed
 from distrl.learning.learner import Learner
 from distrl.learning.thread import LearnerStats, run_learner_thread
-from distrl.sampling.actor import STOP_SIGNALS, ActorContext, run_actor
+from distrl.sampling.actor import STOP_SIGNALS, run_actor
+from distrl.sampling.context import ActorContext
 from distrl.sampling.queues import drain
 from distrl.sampling.slots import Channels, Slots
 

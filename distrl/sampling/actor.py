@@ -16,14 +16,13 @@ import os
 import signal
 import time
 import traceback
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from distrl.envs import env_seed, make_vector_env
 from distrl.intrinsic import ActorBonus
+from distrl.sampling.context import ActorContext
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, final_values, step_policy
 from distrl.sampling.queues import PIPE_BUF
@@ -36,46 +35,6 @@ log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
-@dataclass
-class ActorContext:
-    """Everything an actor process needs, as picklable plain values and shared objects.
-
-    Attributes:
-        env_cfg: the ``env`` config node as a plain dict, ``async_step`` resolved
-            (:class:`distrl.config.placement.Placement`); no Hydra objects in children.
-        num_steps: unroll length T.
-        num_envs: environments stepped by this actor.
-        seed: seed of this actor's first environment (:func:`distrl.envs.env_seed`).
-        model: the shared-memory actor copy of the network (``ActorCritic``).
-        buffers: the storages' shared tensors.
-        channels: queues, stop event and policy version shared with the trainer.
-        parent_pid: the trainer's pid; the actor exits when it is gone.
-        log_level: logging level name for this process.
-        cpu_affinity: the cores this process (and the env threads it starts) may run on, or
-            None to leave it to the OS.
-        precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`);
-            the stored behaviour logits and baselines are float32 either way.
-        bonus: an intrinsic bonus the actor computes for each observation (E3B's:
-            :class:`distrl.intrinsic.ActorBonus`), or None.
-        return_discount: with ``agent.normalize_returns``, the discount of the return each env's
-            ``discounted_return`` follows (``agent.discount``); None: not recorded.
-    """
-
-    env_cfg: dict
-    num_steps: int
-    num_envs: int
-    seed: int
-    model: Any
-    buffers: dict
-    channels: Channels
-    parent_pid: int
-    log_level: str = "INFO"
-    cpu_affinity: tuple[int, ...] | None = None
-    precision: str = "fp32"
-    bonus: ActorBonus | None = None
-    return_discount: float | None = None
-
-
 def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
                    log_level: str | None = None, first_actor: int = 0,
                    bonus: ActorBonus | None = None) -> list[ActorContext]:
@@ -86,7 +45,7 @@ def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
         ActorContext(
             env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
             seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
-            buffers=slots.buffers, channels=channels, parent_pid=os.getpid(),
+            slot_tensors=slots.tensors, channels=channels, parent_pid=os.getpid(),
             log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
             precision=placement.actor_precision, bonus=bonus,
             return_discount=float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,

@@ -77,7 +77,7 @@ class Slots:
         ctx: the ``torch.multiprocessing`` context whose queues the processes share.
 
     Attributes:
-        buffers: ``{key: [N, *spec_shape] tensor}`` in shared memory.
+        tensors: ``{key: [N, *spec_shape] tensor}`` in shared memory.
         owner: ``[N] int32`` shared tensor: the id of the actor holding each slot, or ``NO_OWNER``.
         free_queue, full_queue: :class:`IndexQueue` of slot indices.
 
@@ -90,7 +90,7 @@ class Slots:
         self.num_slots = num_slots
         self.free_queue = IndexQueue(num_slots, ctx)
         self.full_queue = IndexQueue(num_slots, ctx)
-        self.buffers = {
+        self.tensors = {
             key: torch.zeros((num_slots, *shape), dtype=dtype).share_memory_()
             for key, (shape, dtype) in layout.specs().items()
         }
@@ -112,7 +112,7 @@ class Slots:
         """
         pin = device.type == "cuda"
         batch = {}
-        for key, tensor in self.buffers.items():
+        for key, tensor in self.tensors.items():
             if tensor.dim() >= 2:
                 per_slot = tensor.shape[1:]
                 value = torch.empty((per_slot[0], len(indices), *per_slot[1:]), dtype=tensor.dtype, pin_memory=pin)

@@ -7,17 +7,14 @@ from __future__ import annotations
 import logging
 import queue
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
+from distrl.sampling.context import ActorContext
 from distrl.sampling.policy import StepInputs
 from distrl.sampling.slots import NO_OWNER
-
-if TYPE_CHECKING:
-    from distrl.sampling.actor import ActorContext
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +53,8 @@ class SlotWriter:
         # Observations go straight into each env's shared slot (one memcpy per env and step).
         # Staging them too would stream every frame through memory twice and, with the larger
         # working set, evict the model's weights from the cache between forward passes.
-        self.stage = {key: torch.zeros((n, *ctx.buffers[key].shape[1:]), dtype=ctx.buffers[key].dtype)
-                      for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs" and key in ctx.buffers}
+        self.stage = {key: torch.zeros((n, *ctx.slot_tensors[key].shape[1:]), dtype=ctx.slot_tensors[key].dtype)
+                      for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs" and key in ctx.slot_tensors}
 
     def write_acted(self, ids: np.ndarray, obs: torch.Tensor, out: dict, seen: StepInputs) -> None:
         """Row ``t`` of envs ``ids`` (``[k] int64``): the observation ``obs [k, ...]``, what the
@@ -130,15 +127,15 @@ class SlotWriter:
         self.slot[i] = slot
         self.version[i] = ch.policy_version.value
         if core_before:
-            self.ctx.buffers["core_h"][slot].copy_(core_before[0][:, j])
-            self.ctx.buffers["core_c"][slot].copy_(core_before[1][:, j])
+            self.ctx.slot_tensors["core_h"][slot].copy_(core_before[0][:, j])
+            self.ctx.slot_tensors["core_c"][slot].copy_(core_before[1][:, j])
 
     def _finish(self, envs: np.ndarray) -> None:
         """Copy the staged keys of ``envs`` (``[k] int64`` env indices at row T) into their slots,
         hand the slots to the learners, and move the last staged row to row 0 for the next slots."""
         slots = self.slot[envs]
         slots_t, envs_t = torch.from_numpy(slots), torch.from_numpy(envs)
-        buf = self.ctx.buffers
+        buf = self.ctx.slot_tensors
         for key, value in self.stage.items():  # one indexed copy per key for all envs
             buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
             value[envs_t, 0] = value[envs_t, -1]
@@ -156,7 +153,7 @@ class SlotWriter:
     def _write_obs(self, envs: np.ndarray, obs: torch.Tensor) -> None:
         """``obs [k, *obs_shape]`` into each env's slot at its row: one memcpy each (an indexed
         put of uint8 images is many times slower)."""
-        obs_slots = self.ctx.buffers["obs"]
+        obs_slots = self.ctx.slot_tensors["obs"]
         for j, (slot, t) in enumerate(zip(self.slot[envs].tolist(), self.row[envs].tolist(), strict=True)):
             obs_slots[slot, t].copy_(obs[j])
 

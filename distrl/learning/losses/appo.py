@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import torch
 
-from distrl.learning.losses import vtrace
 from distrl.learning.losses.base import LossTerms, Targets
+from distrl.learning.losses.terms import baseline_loss
 
 
 def clipped_surrogate_loss(log_ratios: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
@@ -88,7 +88,7 @@ class ClippedSurrogate:
         pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, self.clip)
         value_loss = clipped_value_loss(targets.values[0], targets.old_values, targets.vs[0], self.value_clip)
         for v, vs in zip(targets.values[1:], targets.vs[1:], strict=True):  # the intrinsic head
-            value_loss = value_loss + vtrace.baseline_loss(vs - v)
+            value_loss = value_loss + baseline_loss(vs - v)
         entropy_loss = -targets.entropy.mean()
         total = pg_loss + self.baseline_cost * value_loss + entropy_cost * entropy_loss
         return LossTerms(total, pg_loss, value_loss, entropy_loss, ratio_diagnostics(targets.log_rhos, self.clip))

@@ -29,8 +29,8 @@ from typing import NamedTuple, Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.learning.losses import vtrace
 from distrl.learning.losses.returns import GAE, Stream, VTrace, make_estimator
+from distrl.learning.losses.terms import standardise
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import ACTED_KEYS, BOOTSTRAP, STEPPED_KEYS, STEPS
 
@@ -210,11 +210,11 @@ class AgentLoss:
         return intrinsic / (intrinsic + extrinsic) if intrinsic + extrinsic > 0 else 0.0
 
     def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                intrinsic_coef: float = 0.0, standardise: bool = True) -> Targets:
+                intrinsic_coef: float = 0.0, per_minibatch: bool = True) -> Targets:
         """The estimator on each of :meth:`streams` with the current network's policy parameters
         ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``), the advantages summed
         with the streams' weights (``A_ext + intrinsic_coef x A_int``) and, with
-        ``agent.normalize_advantages`` and ``standardise``, standardised over the batch given.
+        ``agent.normalize_advantages`` and ``per_minibatch``, standardised over the batch given.
 
         The intrinsic head's values and targets come out times ``intrinsic_coef``, so its squared
         error is ``intrinsic_coef^2`` times that on the normalised intrinsic return. The head still
@@ -237,8 +237,8 @@ class AgentLoss:
             advantages = estimate.advantages if advantages is None else advantages + weight * estimate.advantages
             heads.append(weight * stream.values)
             vs.append(weight * estimate.targets)
-        if self.normalize_advantages and standardise:
-            advantages = vtrace.standardise(advantages)
+        if self.normalize_advantages and per_minibatch:
+            advantages = standardise(advantages)
         old_values = batch["baseline"][STEPS] if "baseline" in batch else None
         return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs, old_values)
 
@@ -254,7 +254,7 @@ class AgentLoss:
             intrinsic one's times ``intrinsic_coef``, as :meth:`targets` gives them).
         """
         with torch.no_grad():
-            targets = self.targets(batch, params, values, intrinsic_coef, standardise=False)
+            targets = self.targets(batch, params, values, intrinsic_coef, per_minibatch=False)
         return {"advantages": targets.advantages, "value_targets": torch.stack(targets.vs, dim=-1)}
 
     def step_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
@@ -269,7 +269,7 @@ class AgentLoss:
         heads = [values[..., 0], intrinsic_coef * values[..., 1]] if values.dim() == 3 else [values]
         advantages = batch["advantages"]
         if self.normalize_advantages:
-            advantages = vtrace.standardise(advantages)
+            advantages = standardise(advantages)
         return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads,
                        list(batch["value_targets"].unbind(-1)), batch.get("baseline"))
 

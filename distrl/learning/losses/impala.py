@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from distrl.learning.losses import vtrace
 from distrl.learning.losses.base import LossTerms, Targets
+from distrl.learning.losses.terms import baseline_loss
 
 
 class PolicyGradient:
@@ -36,7 +36,7 @@ class PolicyGradient:
 
     def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms:
         pg_loss = -(targets.log_probs * targets.advantages.detach()).mean()
-        value_loss = sum(vtrace.baseline_loss(vs - v) for v, vs in zip(targets.values, targets.vs, strict=True))
+        value_loss = sum(baseline_loss(vs - v) for v, vs in zip(targets.values, targets.vs, strict=True))
         entropy_loss = -targets.entropy.mean()
         total = pg_loss + self.baseline_cost * value_loss + entropy_cost * entropy_loss
         return LossTerms(total, pg_loss, value_loss, entropy_loss)

@@ -64,15 +64,16 @@ class VTrace:
         return Estimate(out.pg_advantages, out.vs)
 
 
-class GAE(VTrace):
+class GAE:
     """GAE(``discount``, ``gae_lambda``) (module docstring): V-trace's recursion with every ``rho`` = 1
     and ``c_s = gae_lambda``; ``log_rhos`` are not used and the advantages are ``v_s - V(x_s)``."""
 
     def __init__(self, discount: float, gae_lambda: float):
-        super().__init__(discount, rho_bar=1.0, c_bar=1.0, trace_lambda=gae_lambda)
+        self.on_policy = VTrace(discount, rho_bar=1.0, c_bar=1.0, trace_lambda=gae_lambda)
 
     def __call__(self, log_rhos: torch.Tensor, stream: Stream) -> Estimate:
-        targets = super().__call__(torch.zeros_like(log_rhos), stream).targets
+        """``log_rhos [T, B]`` are ignored (GAE takes every action as on-policy)."""
+        targets = self.on_policy(torch.zeros_like(log_rhos), stream).targets
         return Estimate(targets - stream.values.detach(), targets)
 
 

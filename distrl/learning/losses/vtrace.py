@@ -1,4 +1,5 @@
-"""V-trace targets and the IMPALA loss terms, as pure tensor functions.
+"""V-trace's targets, as pure tensor functions (the loss terms built on them:
+:mod:`distrl.learning.losses.terms`).
 
 Source: Espeholt et al. 2018, "IMPALA: Scalable Distributed Deep-RL with
 Importance Weighted Actor-Learner Architectures", arXiv 1802.01561,
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from distrl.utils.discounted import reverse_discounted_sum
 
@@ -70,11 +70,6 @@ def vtrace_from_importance_weights(
     return VTraceReturns(vs, pg_advantages)
 
 
-def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """``log pi(a_t | x_t)``: logits ``[T, B, A]``, actions ``[T, B]`` int64 -> ``[T, B]``."""
-    return -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none").view_as(actions)
-
-
 def vtrace_with_episode_ends(
     log_rhos: torch.Tensor,
     rewards: torch.Tensor,
@@ -122,40 +117,3 @@ def vtrace_with_episode_ends(
         log_rhos.detach(), discounts, rewards, values.detach(), bootstrap_value.detach(), rho_bar, c_bar,
         trace_lambda,
     )
-
-
-# The loss terms are means over the T x B steps of a batch, not IMPALA's sums (Section 4.2,
-# also monobeast and scalable_agent). With a sum the gradient grows with T x B, so RMSProp's
-# eps and the global-norm clip mean something else for every T and B: at monobeast's T=80,
-# B=8 the clip at 40 cut most updates 2-20x and eps = 0.01 was 8x sqrt(square_avg) of the
-# fully connected layer, and Pong stayed at random play (docs/lab/learning.md). With means,
-# the same eps and clip hold for any T x B, as in A2C and PPO.
-
-
-def policy_gradient_loss(logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """``-mean_t,b log pi(a_t|x_t) * A_t`` (IMPALA Section 4.2, averaged over the batch).
-
-    logits ``[T, B, A]``, actions ``[T, B]`` int64, advantages ``[T, B]`` (no gradient) -> scalar.
-    """
-    return -(action_log_probs(logits, actions) * advantages.detach()).mean()
-
-
-def standardise(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """The advantages shifted and scaled to mean 0 and standard deviation 1 over all their elements
-    (``[T, B]`` -> ``[T, B]``), as PPO's implementations do per minibatch (OpenAI Baselines' ppo2,
-    CleanRL's ``norm_adv``; not in IMPALA): the policy gradient's scale then no longer depends on
-    the game's reward density. ``eps`` keeps a batch of equal advantages finite (they become 0)."""
-    return (advantages - advantages.mean()) / (advantages.std(correction=0) + eps)
-
-
-def baseline_loss(errors: torch.Tensor) -> torch.Tensor:
-    """``0.5 * mean_t,b (v_s - V(x_s))^2`` (IMPALA Section 4.2, averaged): ``errors`` are the value
-    errors ``v_s - V(x_s)`` ``[T, B]`` (with gradient through ``V``) -> scalar."""
-    return 0.5 * (errors**2).mean()
-
-
-def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
-    """Negative policy entropy ``mean_t,b sum_a pi log pi`` (IMPALA Section 4.2, averaged):
-    logits ``[T, B, A]`` -> scalar in ``[-ln A, 0]``."""
-    log_policy = F.log_softmax(logits, dim=-1)
-    return (log_policy.exp() * log_policy).sum(-1).mean()

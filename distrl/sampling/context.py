@@ -1,0 +1,50 @@
+"""What an actor process is given: :class:`ActorContext`, read by the actor loop
+(:mod:`distrl.sampling.actor`) and its slot writer (:mod:`distrl.sampling.writer`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distrl.intrinsic import ActorBonus
+from distrl.sampling.slots import Channels
+
+
+@dataclass
+class ActorContext:
+    """Everything an actor process needs, as picklable plain values and shared objects.
+
+    Attributes:
+        env_cfg: the ``env`` config node as a plain dict, ``async_step`` resolved
+            (:class:`distrl.config.placement.Placement`); no Hydra objects in children.
+        num_steps: unroll length T.
+        num_envs: environments stepped by this actor.
+        seed: seed of this actor's first environment (:func:`distrl.envs.env_seed`).
+        model: the shared-memory actor copy of the network (``ActorCritic``).
+        slot_tensors: the slots' shared tensors ({key: [num_storages, *spec_shape]}).
+        channels: queues, stop event and policy version shared with the trainer.
+        parent_pid: the trainer's pid; the actor exits when it is gone.
+        log_level: logging level name for this process.
+        cpu_affinity: the cores this process (and the env threads it starts) may run on, or
+            None to leave it to the OS.
+        precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`);
+            the stored behaviour logits and baselines are float32 either way.
+        bonus: an intrinsic bonus the actor computes for each observation (E3B's:
+            :class:`distrl.intrinsic.ActorBonus`), or None.
+        return_discount: with ``agent.normalize_returns``, the discount of the return each env's
+            ``discounted_return`` follows (``agent.discount``); None: not recorded.
+    """
+
+    env_cfg: dict
+    num_steps: int
+    num_envs: int
+    seed: int
+    model: Any
+    slot_tensors: dict
+    channels: Channels
+    parent_pid: int
+    log_level: str = "INFO"
+    cpu_affinity: tuple[int, ...] | None = None
+    precision: str = "fp32"
+    bonus: ActorBonus | None = None
+    return_discount: float | None = None
