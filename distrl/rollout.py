@@ -44,6 +44,7 @@ Specs = dict[str, tuple[tuple[int, ...], torch.dtype]]
 ACTED_KEYS = ("obs", "first", "last_action", "last_reward", "action", "policy_params", "baseline", "intrinsic_bonus")
 STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value", "discounted_return")
 SLOT_KEYS = ("policy_version", "env_id", "core_h", "core_c")
+SLOT_SCALARS = ("policy_version", "env_id")  # the slot keys of one number each: [B] in a batch, core_* [1, B, H]
 
 STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
 BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll

@@ -217,7 +217,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     next batch beside the update from twice B slots that a thread here puts back on the full
     queue as soon as they are freed (so that figure also holds the queues' traffic)."""
     from distrl.learning.batches import BatchSource
-    from distrl.learning.learner import Learner, make_optimizer
+    from distrl.learning.learner import make_learner, make_optimizer
     from distrl.learning.schedule import Schedule
     from distrl.learning.split import split_step, torch_threads
     from distrl.nn.actor_learner import ActorLearner
@@ -234,10 +234,10 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     schedule = Schedule.for_run(cfg)
     steps_per_update = schedule.steps_per_update
     optimizer = make_optimizer(policy, cfg.agent)
-    learner = Learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
-                      precision=placement.precision, compile_mode=cfg.train.compile_mode,
-                      split=split_step(placement))
-    torch.set_num_threads(torch_threads(learner.split, placement.learner_threads))
+    learner = make_learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
+                           precision=placement.precision, compile_mode=cfg.train.compile_mode,
+                           split=split_step(placement))
+    torch.set_num_threads(torch_threads(learner.optimizer_step.split, placement.learner_threads))
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)
     slots = Slots(RolloutLayout.for_run(cfg, spec), num_slots, mp.get_context("spawn"))

@@ -8,6 +8,7 @@ from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_poli
 
 from distrl.learning.losses import ClippedSurrogate, PolicyGradient, VTrace, make_loss
 from distrl.learning.losses.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
+from distrl.learning.plan import UpdatePlan
 from distrl.nn.actor_learner import ActorLearner
 
 
@@ -56,7 +57,7 @@ def test_appos_first_step_is_the_clipped_surrogate_on_the_standardised_on_policy
     """On-policy (ratio 1), one minibatch: the policy term is -mean(r A) with A the standardised
     n-step advantages; the value term is the clipped one around the stored behaviour values."""
     learner, policy = _appo(["agent.value_clip=0.05"])
-    assert isinstance(learner.agent_loss.objective, ClippedSurrogate)
+    assert isinstance(learner.optimizer_step.loss.objective, ClippedSurrogate)
     batch = on_policy_batch(policy)
     batch["baseline"] = batch["baseline"] + 0.3  # the stored values differ from the network's: clipping acts
     values, vs = hand_targets(policy, batch)
@@ -79,7 +80,7 @@ def test_an_update_makes_epochs_times_minibatches_steps_on_whole_unrolls_each_wi
     batch = on_policy_batch(policy)
     batch["obs"][:, 1] += 5.0  # tell the unrolls apart
     seen, log_rhos = [], []
-    targets = learner.agent_loss.targets
+    targets = learner.optimizer_step.loss.minibatch_targets
 
     def recording(minibatch, *args):
         seen.append(minibatch["obs"].clone())
@@ -87,7 +88,7 @@ def test_an_update_makes_epochs_times_minibatches_steps_on_whole_unrolls_each_wi
         log_rhos.append(out.log_rhos.detach().abs().max().item())
         return out
 
-    learner.agent_loss.targets = recording
+    learner.optimizer_step.loss.minibatch_targets = recording
     learner.update(batch)
     assert len(seen) == 4 and all(obs.shape == (T + 1, 1, OBS) for obs in seen)
     for epoch in (seen[:2], seen[2:]):
@@ -105,7 +106,8 @@ def test_the_loss_is_the_agents_own_by_name():
     cfg = compose_train(["experiment=cartpole", "agent=appo"])
     loss = make_loss(cfg.agent, 2)
     assert isinstance(loss.objective, ClippedSurrogate) and isinstance(loss.estimator, VTrace)
-    assert (loss.num_epochs, loss.num_minibatches) == (4, 4)
+    plan = UpdatePlan.for_agent(cfg.agent, loss)
+    assert (plan.num_epochs, plan.minibatches_of.parts) == (4, 4)
 
 
 def test_a_steps_minibatch_with_one_pass_is_the_unrolls_loss_on_the_same_batch():
@@ -131,13 +133,14 @@ def test_steps_minibatches_cover_every_step_once_an_epoch_on_targets_computed_on
     batch = on_policy_batch(policy)
     batch["obs"][..., 0] = torch.arange(T + 1, dtype=torch.float32)[:, None] * 10 + torch.arange(B)  # the step's id
     seen = []
-    targets = learner.agent_loss.step_targets
+    targets = learner.optimizer_step.loss.minibatch_targets
+    assert targets == learner.optimizer_step.loss.step_targets  # chosen by agent.minibatch=steps
 
     def recording(minibatch, *args):
         seen.append((minibatch["obs"][0, :, 0].clone(), minibatch["advantages"][0].clone()))
         return targets(minibatch, *args)
 
-    learner.agent_loss.step_targets = recording
+    learner.optimizer_step.loss.minibatch_targets = recording
     learner.update(batch)
     assert len(seen) == 2 * T and all(ids.shape == (B,) for ids, _ in seen)
     want = sorted(t * 10 + b for t in range(T) for b in range(B))
@@ -173,14 +176,14 @@ def test_pfo_adds_the_weighted_drift_of_the_encoders_preactivations_from_the_upd
     torch.testing.assert_close(torch.tanh(pre.flatten(0, 1)), features)  # the activation's input
     plain, _ = _appo(["agent.num_epochs=2"])
     moved = {**batch, OLD_PREACTIVATIONS: pre + 0.1}
-    got, want = learner.loss(moved, 0.01), plain.loss(batch, 0.01)
+    got, want = learner.optimizer_step.loss_of(moved, 0.01, 0.0), plain.optimizer_step.loss_of(batch, 0.01, 0.0)
     assert got.diagnostics["feature_drift"].item() == pytest.approx(0.01, rel=1e-4)
     assert got.total.item() == pytest.approx(want.total.item() + 0.5 * 0.01, rel=1e-5)
 
     losses = learner.update(batch)  # 2 optimizer steps: the drift reported is the last one's, before its step
     assert losses["feature_drift"] > 0.0 and "feature_drift" not in plain.update(batch)
     assert any(not torch.equal(a, b) for a, b in zip(policy.learner.parameters(),
-                                                     plain.policy.learner.parameters(), strict=True))
+                                                     plain.net.learner.parameters(), strict=True))
 
 
 def test_pfo_is_refused_where_it_cannot_act():

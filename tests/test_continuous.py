@@ -15,7 +15,7 @@ from distrl.config.schema import ConfigError
 from distrl.nn.actor_critic import ActorCritic
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
-from distrl.nn.normalization import RunningMeanStd, normalise_batch
+from distrl.nn.normalization import RunningMeanStd, normalize_batch
 from distrl.runtime.preflight import validate
 from distrl.sampling.policy import AgentState, step_policy
 from distrl.utils.checkpoint import load_checkpoint
@@ -74,7 +74,7 @@ def test_running_statistics_merge_batches_as_one_and_reach_the_actor_copy():
     pair.share_actor()
     batch = {"obs": torch.randn(5, 2, 3, generator=g) + 4, "discounted_return": torch.randn(5, 2, generator=g) * 10,
              "reward": torch.ones(5, 2)}
-    seen = normalise_batch(pair.learner, batch)
+    seen = normalize_batch(pair.learner, batch)
     assert pair.learner.obs_norm.count > 8 and pair.actor.obs_norm.count < 1  # not yet published
     expected = 1 / torch.sqrt(pair.learner.return_norm.var + 1e-8)
     torch.testing.assert_close(seen["reward"], torch.full((5, 2), float(expected)))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from distrl import compose_config
-from distrl.learning.losses import make_loss
+from distrl.learning.losses import Outputs, make_loss
 from distrl.nn.distributions import ActionSpace
 
 REFERENCE = Path(__file__).parent / "data" / "discrete-losses-30df573.pt"
@@ -47,9 +47,9 @@ def test_the_discrete_losses_are_those_of_30df573_bit_for_bit_and_their_gradient
     reference = torch.load(REFERENCE, weights_only=True)[f"{agent}-{'two' if two_heads else 'one'}"]
     cfg = compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala" else ["agent=appo"])
     batch, logits, values = fixed_batch(two_heads=two_heads)
-    loss = make_loss(cfg.agent, ActionSpace("discrete", (6,)))
+    loss = make_loss(cfg.agent, ActionSpace("discrete", (6,)), value_heads=2 if two_heads else 1, intrinsic=two_heads)
     coef = 0.5 if two_heads else 0.0
-    terms = loss(batch, logits, values, 0.01, coef)
+    terms = loss(batch, Outputs(logits, values), 0.01, coef)
     terms.total.backward()
     got = torch.stack([terms.total, terms.policy, terms.value, terms.entropy]).detach()
     want_values_grad = reference["values_grad"]

@@ -14,6 +14,7 @@ from test_learner import learner_for, on_policy_batch
 from distrl.config.schema import ConfigError
 from distrl.envs.sparse import SparseChain
 from distrl.intrinsic import RE3, RND, make_intrinsic, needs_value_head
+from distrl.learning.losses import Outputs
 from distrl.learning.losses.terms import baseline_loss
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import RunningMeanStd
@@ -275,19 +276,19 @@ def _learner(overrides: list[str]):
     policy = ActorLearner((4,), 2, cfg.model, intrinsic_value=needs_value_head(cfg.intrinsic))
     policy.share_actor()
     module = make_intrinsic((4,), cfg.intrinsic, num_envs=2)
-    learner = learner_for(cfg, policy)
-    learner.intrinsic = module
-    return learner, policy
+    return learner_for(cfg, policy, intrinsic=module), policy
 
 
 def test_the_episodic_choice_adds_the_weighted_intrinsic_reward_to_the_extrinsic_one():
     learner, policy = _learner(["intrinsic=rnd", "intrinsic.coef=0.3", "intrinsic.episodic=true"])
     batch = on_policy_batch(policy)
     intrinsic = torch.rand(batch["reward"].shape[0] - 1, batch["reward"].shape[1])
-    with_bonus = learner.loss({**batch, "intrinsic_reward": intrinsic}, 0.0, intrinsic_coef=0.3)
+    with_bonus = learner.optimizer_step.loss_of({**batch, "intrinsic_reward": intrinsic}, 0.0, 0.3)
     shifted = {**batch, "reward": batch["reward"].clone()}
     shifted["reward"][:-1] += 0.3 * intrinsic  # the same rewards, added by hand (inside the clip)
-    torch.testing.assert_close(torch.stack(with_bonus[:4]), torch.stack(learner.loss(shifted, 0.0)[:4]))
+    plain, _ = _learner([])  # the same network (seed), no intrinsic reward
+    by_hand = plain.optimizer_step.loss_of(shifted, 0.0, 0.0)
+    torch.testing.assert_close(torch.stack(with_bonus[:4]), torch.stack(by_hand[:4]))
 
     losses = learner.update(on_policy_batch(policy, seed=1))
     assert losses["intrinsic_coef"] == 0.3 and losses["intrinsic_loss"] > 0
@@ -302,15 +303,15 @@ def test_the_intrinsic_share_is_the_weighted_bonus_part_of_the_reward_the_loss_s
     batch["reward"][0, 0], batch["reward"][1, 1] = 5.0, -0.5  # clipped: 1 + 0.5 paid
     batch["intrinsic_reward"] = torch.full_like(steps, 0.25)
     paid = 0.4 * 0.25 * steps.numel()
-    assert learner.agent_loss.intrinsic_share(batch, 0.4) == pytest.approx(paid / (paid + 1.5))
-    assert learner.agent_loss.intrinsic_share(batch, 0.0) == 0.0
+    assert learner.optimizer_step.loss.intrinsic_share(batch, 0.4) == pytest.approx(paid / (paid + 1.5))
+    assert learner.optimizer_step.loss.intrinsic_share(batch, 0.0) == 0.0
     batch["reward"].zero_()
-    assert learner.agent_loss.intrinsic_share(batch, 0.4) == 1.0
+    assert learner.optimizer_step.loss.intrinsic_share(batch, 0.4) == 1.0
 
 
 def targets(learner, batch, logits, values, coef=0.0):
     """The learner's agent's V-trace targets: ``(advantages, [vs - V per value head])``."""
-    out = learner.agent_loss.targets(batch, logits, values, coef)
+    out = learner.optimizer_step.loss.unroll_targets(batch, logits, values, coef)
     return out.advantages, [vs - v for v, vs in zip(out.values, out.vs, strict=True)]
 
 
@@ -333,7 +334,7 @@ def test_the_intrinsic_return_has_its_own_value_head_and_runs_on_past_an_episode
     torch.testing.assert_close(errors_later[0], errors[0])  # the extrinsic targets do not see it
     assert (errors_later[1][:2, 0] > errors[1][:2, 0]).all()
     without, _ = targets(learner, {**batch, "intrinsic_reward": later}, logits, values, 0.0)
-    extrinsic_only, _ = targets(learner, batch, logits, values[..., 0])
+    extrinsic_only, _ = targets(_learner([])[0], batch, logits, values[..., 0])  # one head, no bonus
     torch.testing.assert_close(without, extrinsic_only)  # coef 0: the extrinsic advantages alone
 
     single, policy_single = _learner([f"intrinsic={name}", "intrinsic.coef=0.5", "intrinsic.episodic=true"])
@@ -352,19 +353,20 @@ def test_the_intrinsic_heads_loss_weighs_in_the_units_of_its_advantages():
     bonus = torch.rand(3, 2, generator=torch.Generator().manual_seed(1))
     batch = {**on_policy_batch(policy), "intrinsic_reward": bonus}
     logits, values, _ = policy.learner(batch["obs"], batch["first"])
-    unit = learner.agent_loss.targets(batch, logits, values, 1.0)
-    weighted = learner.agent_loss.targets(batch, logits, values, 0.1)
+    unit = learner.optimizer_step.loss.unroll_targets(batch, logits, values, 1.0)
+    weighted = learner.optimizer_step.loss.unroll_targets(batch, logits, values, 0.1)
     torch.testing.assert_close(weighted.values[1], 0.1 * values[:-1, :, 1])
     torch.testing.assert_close(weighted.vs[1], 0.1 * unit.vs[1])
     torch.testing.assert_close(weighted.vs[0], unit.vs[0])  # the extrinsic head's are the coef's own
     extrinsic, intrinsic = (baseline_loss(vs - v) for v, vs in zip(unit.values, unit.vs, strict=True))
     assert intrinsic > 0.01 * extrinsic
-    terms = learner.agent_loss(batch, logits, values, 0.0, 0.1)
+    terms = learner.optimizer_step.loss(batch, Outputs(logits, values), 0.0, 0.1)
     assert terms.value.item() == pytest.approx((extrinsic + 0.01 * intrinsic).item(), rel=1e-5)
 
     steps, policy = _learner(["intrinsic=rnd", "agent=appo", "agent.minibatch=steps", "agent.num_minibatches=1"])
-    loss = steps.agent_loss
-    minibatch, = loss.minibatches({**batch, **loss.batch_targets(batch, logits.detach(), values.detach(), 0.1)})
+    loss = steps.optimizer_step.loss
+    with_targets = {**batch, **loss.batch_targets(batch, logits.detach(), values.detach(), 0.1)}
+    minibatch, = steps.plan.minibatches_of.split(with_targets, steps.plan.generator)
     params, step_values, _ = policy.learner(minibatch["obs"], minibatch["first"])
     stepped = loss.step_targets(minibatch, params, step_values, 0.1)
     assert baseline_loss(stepped.vs[1] - stepped.values[1]).item() == pytest.approx(
@@ -375,8 +377,8 @@ def test_pretraining_leaves_the_extrinsic_reward_out():
     learner, policy = _learner(["intrinsic=re3", "train.pretraining=true"])
     batch = {**on_policy_batch(policy), "intrinsic_reward": torch.zeros(3, 2)}
     other = {**batch, "reward": -batch["reward"]}
-    torch.testing.assert_close(torch.stack(learner.loss(batch, 0.01, 0.5)[:4]),
-                               torch.stack(learner.loss(other, 0.01, 0.5)[:4]))
+    torch.testing.assert_close(torch.stack(learner.optimizer_step.loss_of(batch, 0.01, 0.5)[:4]),
+                               torch.stack(learner.optimizer_step.loss_of(other, 0.01, 0.5)[:4]))
 
 
 @pytest.mark.parametrize("overrides, key", [

@@ -13,20 +13,20 @@ import pytest
 import torch
 from conftest import compose_train
 
-from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.learner import Learner, make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
 from distrl.nn.actor_learner import ActorLearner
 
 T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9
 
 
-def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int = T * B) -> Learner:
+def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int = T * B, intrinsic=None) -> Learner:
     """A learner of ``cfg`` whose updates consume ``steps_per_update`` agent steps of a budget of
     ``num_train_steps`` (the schedule's constants as the trainer makes them, with other sizes)."""
     cfg.train.num_train_steps = num_train_steps
     schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=steps_per_update)
-    return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
-                   pretraining=cfg.train.pretraining)
+    return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
+                        pretraining=cfg.train.pretraining, intrinsic=intrinsic)
 
 
 def make():
@@ -216,7 +216,7 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
         env.close()
     policy = ActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
     policy.share_actor()
-    learner = Learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
+    learner = make_learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
                       torch.device("cpu"))
     obs = torch.stack(frames)  # [T+1, B, 4, 84, 84] uint8
     first = torch.zeros(steps + 1, envs, dtype=torch.bool)
@@ -254,7 +254,7 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
         policy = ActorLearner((OBS,), A, cfg.model)
         policy.share_actor()
         schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
-        return Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
+        return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
                        compile=compile, compile_mode=mode), policy
 
     torch._dynamo.reset()
@@ -268,6 +268,6 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
         assert got[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6), name
     for p, q in zip(compiled_policy.learner.parameters(), eager_policy.learner.parameters(), strict=True):
         torch.testing.assert_close(p, q)
-    compiled.loss(compiled.agent_loss.minibatches(batch)[0], entropy_cost=0.02)  # a minibatch's shape
+    compiled.optimizer_step.loss_of(next(compiled.plan.minibatches(batch)), 0.02, 0.0)  # a minibatch's shape
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1

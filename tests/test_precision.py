@@ -16,7 +16,7 @@ from distrl.config import host
 from distrl.config.placement import plan
 from distrl.config.schema import ConfigError
 from distrl.envs import make_vector_env
-from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.learner import make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.precision import autocast
@@ -86,16 +86,17 @@ def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
     schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=80)
     losses = {}
     for precision in ("fp32", "bf16"):
-        learner = Learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
+        learner = make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
                           precision=precision)
-        losses[precision] = torch.stack(learner.loss(batch, 0.01)[:4]).detach()
+        losses[precision] = torch.stack(learner.optimizer_step.loss_of(batch, 0.01, 0.0)[:4]).detach()
     torch.testing.assert_close(losses["bf16"], losses["fp32"], rtol=0.05, atol=2e-3)
 
     learner.updates = 1000  # past the warm-up: a real step
     result = learner.update(batch)
     assert result["finite"]
     assert all(p.dtype == torch.float32 for p in policy.learner.parameters())
-    assert all(v.dtype == torch.float32 for state in learner.optimizer.state.values() for v in state.values()
+    state = learner.optimizer_step.optimizer.state.values()
+    assert all(v.dtype == torch.float32 for s in state for v in s.values()
                if torch.is_tensor(v) and v.is_floating_point())
 
 

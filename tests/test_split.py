@@ -9,7 +9,7 @@ from conftest import compose_train
 from distrl.config.placement import plan
 from distrl.config.schema import ConfigError
 from distrl.config.validation import validate_config
-from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.learner import make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
 from distrl.learning.split import SplitStep
 from distrl.nn.actor_learner import ActorLearner
@@ -42,7 +42,7 @@ def _updated(overrides: list[str], split: SplitStep | None) -> tuple[dict, list[
     torch.manual_seed(0)
     policy = ActorLearner((OBS,), A, cfg.model)
     policy.share_actor()
-    learner = Learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
+    learner = make_learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
                       torch.device("cpu"), split=split)
     losses = learner.update(_batch(policy, bool(cfg.model.use_lstm)))
     return losses, [p.detach().clone() for p in policy.learner.parameters()]

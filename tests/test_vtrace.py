@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from distrl.learning.losses import vtrace
-from distrl.learning.losses.terms import baseline_loss, standardise
+from distrl.learning.losses.terms import baseline_loss, standardize
 
 
 def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -111,10 +111,10 @@ def test_on_policy_vtrace_is_the_n_step_return():
 def test_loss_terms():
     adv = torch.tensor([[2.0, -1.0], [0.5, 0.5]])
     assert baseline_loss(adv).item() == pytest.approx(0.5 * (4.0 + 1.0 + 0.25 + 0.25) / 4)
-    standardised = standardise(adv)
+    standardised = standardize(adv)
     assert standardised.mean().item() == pytest.approx(0.0, abs=1e-6)
     assert standardised.std(correction=0).item() == pytest.approx(1.0, abs=1e-6)
-    assert standardise(torch.ones(3, 2)).abs().max().item() == 0.0  # equal advantages: 0, finite
+    assert standardize(torch.ones(3, 2)).abs().max().item() == 0.0  # equal advantages: 0, finite
 
 
 def test_on_policy_vtrace_with_a_trace_lambda_is_the_lambda_return():

@@ -1,5 +1,6 @@
 """rllte's Python API: ``DistributedAgent`` and ``IMPALA`` (a distrl run configured from their
-arguments; a subclass's ``update`` and ``loss`` run in the learner through :class:`_AgentLearner`)
+arguments; a subclass's ``update`` and ``loss`` run in the learner as its user parts,
+:class:`distrl.learning.learner.UserParts`)
 and ``DistributedActorLearner`` (:mod:`distrl.compat.actor_learner`), thin layers over distrl's
 config and :class:`distrl.runtime.trainer.Trainer`.
 
@@ -23,7 +24,6 @@ Example (rllte's quick start with the import changed)::
 from __future__ import annotations
 
 import copy
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,8 @@ from distrl.compat.actor_learner import DistributedActorLearner
 from distrl.compat.env_objects import env_choice, env_node, writable
 from distrl.config.compose import compose
 from distrl.config.schema import ConfigError
-from distrl.learning.learner import Learner
+from distrl.learning.learner import UserParts
+from distrl.learning.losses import LossTerms
 from distrl.runtime.preflight import validate
 from distrl.runtime.trainer import Trainer
 
@@ -189,7 +190,7 @@ class DistributedAgent:
             cfg.train.th_compile = bool(th_compile)
         validated = validate(cfg)
         self.trainer = Trainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg,
-                                          learner_class=functools.partial(_AgentLearner, agent=self))
+                               user=UserParts(loss=self._user_loss, around_update=self._around_update))
         self.run_dir = self.trainer.run_dir  # a second train() continues in it (resume=auto)
         self.cfg = cfg
         return self.trainer.train()
@@ -202,15 +203,26 @@ class DistributedAgent:
         dict this returns (``super().update(batch)``), to which it may add float metrics: they are
         logged as ``losses/<name>``.
         """
-        learner = self._learner()
-        return Learner.update(learner, batch, learner.stop)
+        return self._distrl_update(batch)
 
     def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
              intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
         """The loss of one optimizer step: ``(total, policy, value, entropy, diagnostics)``, scalar tensors
-        (:meth:`distrl.learning.learner.Learner.loss`). An override may add a term to ``total``, e.g.
-        ``total, *rest = super().loss(...); return (total + 1e-4 * l2, *rest)``."""
-        return Learner.loss(self._learner(), batch, entropy_cost, intrinsic_coef)
+        (:class:`distrl.learning.losses.LossTerms`, the network's loss of the minibatch:
+        :attr:`distrl.learning.step.OptimizerStep.loss_of`). An override may add a term to ``total``, e.g.
+        ``total, *rest = super().loss(...); return (total + 1e-4 * l2, *rest)``, and may leave out
+        the diagnostics."""
+        return self._learner().optimizer_step.loss_of(batch, entropy_cost, intrinsic_coef)
+
+    def _around_update(self, batch: dict[str, torch.Tensor], distrl_update) -> dict[str, Any]:
+        """The learner's update: this agent's :meth:`update`, whose ``super().update(batch)`` is
+        ``distrl_update`` (distrl's, bound to the learner thread's stop)."""
+        self._distrl_update = distrl_update
+        return self.update(batch)
+
+    def _user_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float, intrinsic_coef: float) -> LossTerms:
+        """The learner's loss: this agent's :meth:`loss`, its 4 or 5 terms as :class:`LossTerms`."""
+        return LossTerms(*self.loss(batch, entropy_cost, intrinsic_coef))
 
     def eval(self, num_eval_episodes: int) -> dict[str, Any]:
         """Play ``num_eval_episodes`` episodes with the current weights on the evaluation env.
@@ -239,23 +251,6 @@ class DistributedAgent:
     def policy(self):
         """The ``DistributedActorLearner`` (after :meth:`train`)."""
         return None if self.trainer is None else self.trainer.policy
-
-
-class _AgentLearner(Learner):
-    """distrl's learner with a :class:`DistributedAgent`'s ``update`` and ``loss`` (a subclass's
-    overrides, which reach distrl's through ``super()``) in place of its own: the adapter that keeps
-    rllte's override points out of the learner's code."""
-
-    def __init__(self, *args, agent: DistributedAgent, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.agent_overrides = agent
-
-    def update(self, batch: dict[str, torch.Tensor], stop=None) -> dict[str, Any]:
-        return self.agent_overrides.update(batch)
-
-    def loss(self, batch: dict[str, torch.Tensor], entropy_cost: float,
-             intrinsic_coef: float = 0.0) -> tuple[torch.Tensor, ...]:
-        return self.agent_overrides.loss(batch, entropy_cost, intrinsic_coef)
 
 
 class IMPALA(DistributedAgent):

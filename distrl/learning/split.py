@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from distrl.config.placement import Placement
+from distrl.rollout import SLOT_SCALARS
 
 Forward = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]
 LossOf = Callable[..., tuple]
@@ -57,8 +58,9 @@ class SplitStep:
                 the encoder's pre-activations, each ``[rows, b, ...]`` with ``b`` the part's width.
             loss_of: the agent's loss of the whole batch from the joined outputs (a
                 :class:`distrl.learning.losses.LossTerms`, or a tuple whose first term is the total).
-            batch: a ``[rows, B]`` (mini)batch; every tensor of 2 or more dimensions is split along
-                dim 1, as views (``[rows, B, ...]``, and ``core_h``/``core_c`` ``[1, B, H]``).
+            batch: a ``[rows, B]`` (mini)batch; every key but the slots' scalars (``policy_version``,
+                ``env_id``: ``[B]``, unused by the network) is split along dim 1, as views
+                (``[rows, B, ...]``, and ``core_h``/``core_c`` ``[1, B, H]``).
             parameters: the learner network's parameters, whose gradients are set.
 
         Returns:
@@ -66,7 +68,7 @@ class SplitStep:
         """
         width = batch["obs"].shape[1]
         bounds = _bounds(width, min(self.parts, width))
-        pieces = [{key: value[:, start:stop] for key, value in batch.items() if value.dim() >= 2}
+        pieces = [{key: value[:, start:stop] for key, value in batch.items() if key not in SLOT_SCALARS}
                   for start, stop in bounds]
         outputs = list(self.pool.map(forward, pieces))
         joined = [torch.cat([out[i].detach() for out in outputs], dim=1).requires_grad_()

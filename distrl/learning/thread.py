@@ -1,6 +1,6 @@
 """A learner thread (step 2 of :mod:`distrl.learning`): the loop over batches
 (:meth:`distrl.learning.batches.BatchSource.next`) and updates
-(:meth:`distrl.learning.learner.Learner.step`), what it reports (:class:`LearnerStats`), and, with
+(:meth:`distrl.learning.learner.Learner.update`), what it reports (:class:`LearnerStats`), and, with
 several ranks, the exchanges between updates."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _learn(learner: Learner, batch: Batch, stats: LearnerStats, policy_version, 
     start = time.perf_counter()
     with learner.lock:  # a checkpoint, and the trainer's timing, see the weights and the counter of one moment
         lag = learner.updates - batch.tensors["policy_version"].float().mean().item()
-        losses = dict(learner.step(batch.tensors, stop))
+        losses = dict(learner.update(batch.tensors, stop))
         losses.setdefault("finite", True)
         policy_version.value = learner.position.policy_version
         publish_seconds = losses.pop("publish_seconds", 0.0)
@@ -120,7 +120,7 @@ def _exchange(learner: Learner, stop: threading.Event, episodes: bool = True, ch
         learner.ranks.exchange_episodes(stop)
     if check:
         with learner.lock:
-            net = learner.policy.learner  # the weights and the running statistics (distrl.nn.normalization)
+            net = learner.net.learner  # the weights and the running statistics (distrl.nn.normalization)
             learner.ranks.check_identical([*net.parameters(), *net.buffers()], stop)
 
 

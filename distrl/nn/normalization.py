@@ -85,7 +85,7 @@ class RunningMeanStd(nn.Module):
         return (x / torch.sqrt(self.var + self.epsilon).to(x.dtype)).clamp(-self.clip, self.clip)
 
 
-def normalise_batch(net: nn.Module, batch: dict[str, torch.Tensor],
+def normalize_batch(net: nn.Module, batch: dict[str, torch.Tensor],
                     sum_across_ranks: Callable[[torch.Tensor, object], None] | None = None,
                     stop: object = None) -> dict[str, torch.Tensor]:
     """Update the running statistics of ``net`` (an :class:`distrl.nn.actor_critic.ActorCritic`:

@@ -75,7 +75,7 @@ class Checkpointer:
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.intrinsic is not None:
             self.intrinsic.load_checkpoint_state(saved["intrinsic"])
-        self.learner.updates = updates_at(saved["agent_steps"])
+        self.learner.resume_at(updates_at(saved["agent_steps"]))
         run = RunState.from_checkpoint(saved)
         self.evals.ran(run.last_eval_step)
         self.saves.ran(run.last_save_step)

@@ -16,7 +16,6 @@ import os
 import random
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from distrl.config.validation import Validated
 from distrl.envs import eval_seed
 from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
-from distrl.learning.learner import Learner, make_optimizer
+from distrl.learning.learner import UserParts, make_learner, make_optimizer
 from distrl.learning.schedule import Position, Schedule
 from distrl.learning.split import split_step, torch_threads
 from distrl.learning.thread import LearnerStats
@@ -75,9 +74,8 @@ class Trainer:
         validated: what :func:`distrl.runtime.preflight.validate` returned for ``cfg`` (the command
             validates first); None: ``cfg`` is validated here.
         eval_env: the ``env`` node evaluations use; None: ``cfg.env``.
-        learner_class: builds the learner, with :class:`distrl.learning.learner.Learner`'s arguments
-            (the seeds' adapter, :mod:`distrl.compat.rllte`, gives a subclass with a user's ``update``
-            and ``loss``).
+        user: a user's loss and update in the learner (:class:`distrl.learning.learner.UserParts`: the
+            seeds' adapter, :mod:`distrl.compat.rllte`, gives a subclass's ``update`` and ``loss``).
 
     With ``cfg.resume`` (``auto``: ``run_dir/checkpoints/latest.pt`` if there is one) the run
     continues from that checkpoint: weights, optimizer, the update count (hence the schedule) and
@@ -90,7 +88,7 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike | None = None, progress: bool | None = None,
                  ranks: Ranks | None = None, validated: Validated | None = None, eval_env: DictConfig | None = None,
-                 learner_class: Callable[..., Learner] = Learner):
+                 user: UserParts = UserParts()):
         self.placement, self.spec = validated or validate(cfg)
         self.cfg = cfg
         self.eval_env = cfg.env if eval_env is None else eval_env
@@ -115,10 +113,11 @@ class Trainer:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
         self.optimizer = make_optimizer(self.policy, cfg.agent)
-        self.learner = learner_class(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
-                               compile=cfg.train.th_compile, ranks=self.ranks, intrinsic=self.intrinsic,
-                               pretraining=cfg.train.pretraining, precision=self.placement.precision,
-                               compile_mode=cfg.train.compile_mode, split=split_step(self.placement))
+        self.learner = make_learner(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
+                                    precision=self.placement.precision, compile=cfg.train.th_compile,
+                                    compile_mode=cfg.train.compile_mode, split=split_step(self.placement),
+                                    ranks=self.ranks, intrinsic=self.intrinsic, pretraining=cfg.train.pretraining,
+                                    user=user)
         self.stats = LearnerStats()
         self.checkpointer = Checkpointer(self.policy, self.optimizer, self.intrinsic, self.learner, cfg, self.spec,
                                          self.placement, self.ranks, self.run_dir)
@@ -211,7 +210,7 @@ class Trainer:
                 return self.counters
             threads_before = torch.get_num_threads()
             # a learner that cannot split (a loss of its own) keeps its torch threads
-            torch.set_num_threads(torch_threads(self.learner.split, self.placement.learner_threads))
+            torch.set_num_threads(torch_threads(self.learner.optimizer_step.split, self.placement.learner_threads))
             try:
                 with logs.above_the_bar(self.progress):
                     TrainingLoop(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,

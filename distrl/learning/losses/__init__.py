@@ -1,10 +1,10 @@
 """The agents' losses: a loss is an objective x a return estimator x the action space's
 distribution (:class:`base.AgentLoss`), one objective per file.
 
-- ``base.py``: the composition (the batch's rows and reward streams, the estimator on each,
-  minibatches);
+- ``base.py``: the composition (the batch's rows and reward streams, the estimator on each);
 - ``returns.py``: the return estimators (``agent.estimator``): V-trace, GAE;
-- ``vtrace.py``: V-trace's recursion and the loss terms, as pure tensor functions;
+- ``vtrace.py``: V-trace's recursion, as pure tensor functions;
+- ``terms.py``: the loss terms the objectives share (the value loss, standardised advantages);
 - ``impala.py``: IMPALA's policy gradient (``agent=impala``; what rllte's ``IMPALA`` trains);
 - ``appo.py``: PPO's clipped surrogate (``agent=appo``, the default).
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from distrl.learning.losses.appo import ClippedSurrogate
-from distrl.learning.losses.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Objective, Targets
+from distrl.learning.losses.base import BOOTSTRAP, STEPS, AgentLoss, LossTerms, Objective, Outputs, Targets
 from distrl.learning.losses.impala import PolicyGradient
 from distrl.learning.losses.returns import ESTIMATORS, GAE, VTrace, make_estimator
 from distrl.nn.distributions import ActionSpace
@@ -24,7 +24,8 @@ from distrl.nn.distributions import ActionSpace
 AGENTS = ("impala", "appo")
 
 __all__ = ["AGENTS", "BOOTSTRAP", "ESTIMATORS", "GAE", "STEPS", "AgentLoss", "ClippedSurrogate", "LossTerms",
-           "Objective", "PolicyGradient", "Targets", "VTrace", "make_estimator", "make_loss", "make_objective"]
+           "Objective", "Outputs", "PolicyGradient", "Targets", "VTrace", "make_estimator", "make_loss",
+           "make_objective"]
 
 
 def make_objective(agent: DictConfig) -> Objective:
@@ -40,12 +41,14 @@ def make_objective(agent: DictConfig) -> Objective:
     raise ValueError(f"agent.name={agent.name!r}: use one of {', '.join(AGENTS)}")
 
 
-def make_loss(agent: DictConfig, action_space: ActionSpace | int, pretraining: bool = False) -> AgentLoss:
+def make_loss(agent: DictConfig, action_space: ActionSpace | int, value_heads: int = 1, intrinsic: bool = False,
+              pretraining: bool = False) -> AgentLoss:
     """The loss of ``agent.name`` (one of :data:`AGENTS`: its objective, :func:`make_objective`) on the
     targets of ``agent.estimator`` (:func:`make_estimator`), for actions of ``action_space`` (an int
-    ``A`` means ``Discrete(A)``).
+    ``A`` means ``Discrete(A)``), a network of ``value_heads`` value heads and batches with an
+    intrinsic reward or not (:class:`AgentLoss`).
 
     Raises:
         ValueError: another agent or estimator name (validation refuses them first).
     """
-    return AgentLoss(make_objective(agent), agent, action_space, pretraining)
+    return AgentLoss(make_objective(agent), agent, action_space, value_heads, intrinsic, pretraining)

@@ -83,6 +83,7 @@ class ClippedSurrogate:
 
     def __init__(self, clip: float, value_clip: float | None, baseline_cost: float):
         self.clip, self.value_clip, self.baseline_cost = clip, value_clip, baseline_cost
+        self.reads_old_values = value_clip is not None  # the clip is around the behaviour's values
 
     def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms:
         pg_loss = clipped_surrogate_loss(targets.log_rhos, targets.advantages, self.clip)

@@ -1,5 +1,7 @@
 """An agent's loss as three parts composed: the action distribution, a return estimator and an
-objective (:class:`AgentLoss`), with the split of a batch into minibatches.
+objective (:class:`AgentLoss`). It maps a minibatch and the network's outputs on it
+(:class:`Outputs`) to named terms (:class:`LossTerms`); which minibatches an update makes, and what is
+computed once before them, is the learner's plan (:mod:`distrl.learning.plan`).
 
 A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`distrl.rollout.STEPS`) are the steps the loss is
 computed on and row ``T`` (:data:`distrl.rollout.BOOTSTRAP`) the observation whose value bootstraps
@@ -9,9 +11,8 @@ distribution, splits the rewards into streams (:meth:`AgentLoss.streams`: the ex
 intrinsic one with its own value head), runs the return estimator on each
 (:mod:`distrl.learning.losses.returns`: V-trace or GAE) and combines their advantages; the objective
 (:mod:`distrl.learning.losses.impala`'s policy gradient, :mod:`distrl.learning.losses.appo`'s clipped surrogate) turns
-those :class:`Targets` into :class:`LossTerms`. The learner (:mod:`distrl.learning.learner`) runs the
-network, makes ``num_epochs x num_minibatches`` optimizer steps per batch and never looks inside
-the loss.
+those :class:`Targets` into :class:`LossTerms`. Every choice (the minibatch's kind, the value heads,
+how an intrinsic reward enters, PFO's term) is made once, at construction, from the config.
 
 The policy's outputs are the parameters of the action space's distribution
 (:mod:`distrl.nn.distributions`: logits, or a Gaussian's mean and log-std); the losses see the
@@ -30,14 +31,25 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.learning.losses.returns import GAE, Stream, VTrace, make_estimator
-from distrl.learning.losses.terms import standardise
+from distrl.learning.losses.terms import standardize
 from distrl.nn.distributions import ActionSpace
-from distrl.rollout import ACTED_KEYS, BOOTSTRAP, STEPPED_KEYS, STEPS
+from distrl.rollout import BOOTSTRAP, STEPS
 
 BATCH_TARGETS = ("advantages", "value_targets")  # the keys agent.minibatch=steps adds to a batch
 # with agent.pfo_coef > 0, the key the learner adds to a batch: the encoder's pre-activations at the
 # start of the batch's update, [T+1, B, feature_dim] float32 (AgentLoss.feature_drift)
 OLD_PREACTIVATIONS = "preactivations_old"
+
+
+class Outputs(NamedTuple):
+    """The learner network's outputs on every row of a (mini)batch: the policy parameters ``params
+    [rows, B, P]`` float32, the values ``[rows, B]`` (``[rows, B, 2]`` with an intrinsic value head)
+    float32 and, with PFO (``agent.pfo_coef > 0``), the encoder's pre-activations ``[rows, B, F]``
+    (else None)."""
+
+    params: torch.Tensor
+    values: torch.Tensor
+    preactivations: torch.Tensor | None = None
 
 
 class LossTerms(NamedTuple):
@@ -82,71 +94,71 @@ class Targets(NamedTuple):
 
 
 class Objective(Protocol):
-    """What an agent optimizes, given :meth:`AgentLoss.targets` on a (mini)batch: ``objective(batch,
-    targets, entropy_cost)`` -> :class:`LossTerms` (:class:`distrl.learning.losses.impala.PolicyGradient`,
-    :class:`distrl.learning.losses.appo.ClippedSurrogate`)."""
+    """What an agent optimizes, given :meth:`AgentLoss.unroll_targets` or :meth:`AgentLoss.step_targets`
+    on a (mini)batch: ``objective(batch, targets, entropy_cost)`` -> :class:`LossTerms`
+    (:class:`distrl.learning.losses.impala.PolicyGradient`, :class:`distrl.learning.losses.appo.ClippedSurrogate`).
+    ``reads_old_values``: whether it reads :attr:`Targets.old_values` (APPO's value clipping)."""
+
+    reads_old_values: bool
 
     def __call__(self, batch: dict[str, torch.Tensor], targets: Targets, entropy_cost: float) -> LossTerms: ...
 
 
 class AgentLoss:
-    """An agent's loss: ``objective`` on the targets of ``estimator`` for the actions of
-    ``action_space``, and the plan of a batch's optimizer steps.
+    """An agent's loss: ``objective`` on the targets of ``estimator`` for the actions of ``action_space``.
 
     Args:
         objective: what is minimised (:class:`Objective`).
         agent: the ``agent`` config node (``discount``, ``reward_clip``, ``estimator``, ``rho_bar``,
-            ``c_bar``, ``trace_lambda``, ``normalize_advantages``, ``num_epochs``, ``num_minibatches``).
+            ``c_bar``, ``trace_lambda``, ``normalize_advantages``, ``minibatch``, ``pfo_coef``).
         action_space: the actions' space, whose distribution scores them
             (:class:`distrl.nn.distributions.ActionSpace`; an int ``A`` means ``Discrete(A)``).
+        value_heads: 1, or 2 with an intrinsic value head (the network's ``intrinsic_value``).
+        intrinsic: the batches carry an intrinsic reward (``batch["intrinsic_reward"]``); with one
+            value head it is added to the extrinsic reward, with two it is a stream of its own
+            (:meth:`streams`).
         pretraining: the extrinsic reward is left out (reward-free training with an intrinsic one).
         estimator: the return estimator (:mod:`distrl.learning.losses.returns`); None: ``agent.estimator``'s.
 
     Attributes:
         agent: the node's values, read once into plain Python values (``agent.clip`` as on the node),
             so that ``torch.compile`` traces the loss without stepping into OmegaConf.
-        num_epochs: passes over each batch.
-        num_minibatches: minibatches each pass splits the batch into.
-        minibatch: what a minibatch holds (``agent.minibatch``): ``unrolls``, whole unrolls, the
-            estimator run on each minibatch with the network of that optimizer step; ``steps``,
-            single steps drawn at random from the batch's ``T x B``, on targets the estimator gave
-            once per batch (:meth:`batch_targets`), as PPO computes GAE once per rollout.
+        minibatch_targets: the targets of one optimizer step's minibatch, chosen by ``agent.minibatch``:
+            :meth:`unroll_targets` (whole unrolls: the estimator runs on each minibatch with the network
+            of that step) or :meth:`step_targets` (single steps, on the targets the estimator gave once
+            per batch, :meth:`batch_targets`, as PPO computes GAE once per rollout).
+        pfo_coef: PFO's weight (``agent.pfo_coef``; 0: no :meth:`feature_drift` term).
     """
 
     def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
-                 pretraining: bool = False, estimator: VTrace | GAE | None = None):
+                 value_heads: int = 1, intrinsic: bool = False, pretraining: bool = False,
+                 estimator: VTrace | GAE | None = None):
         self.objective = objective
         self.agent = SimpleNamespace(**OmegaConf.to_container(agent, resolve=True))
         self.estimator = estimator if estimator is not None else make_estimator(agent)
         self.action_space = ActionSpace.of(action_space)
         self.pretraining = pretraining
-        self.num_epochs = int(agent.num_epochs)
-        self.num_minibatches = int(agent.get("num_minibatches", 1))
         self.normalize_advantages = bool(agent.normalize_advantages)
-        self.minibatch = agent.get("minibatch", "unrolls")
-        self.pfo_coef = float(agent.get("pfo_coef", 0.0))  # checkpoints written before agent.pfo_coef have none
+        self.two_heads = value_heads == 2
+        self.bonus_added = intrinsic and not self.two_heads  # one head: extrinsic + coef x intrinsic
+        steps = agent.minibatch == "steps"
+        self.minibatch_targets = self.step_targets if steps else self.unroll_targets
+        self.drift_rows = slice(None) if steps else STEPS  # a minibatch of steps has no bootstrap row
+        self.pfo_coef = float(agent.pfo_coef)
 
-    def __call__(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                 entropy_cost: float, intrinsic_coef: float = 0.0,
-                 preactivations: torch.Tensor | None = None) -> LossTerms:
-        """The loss of one optimizer step: ``params [T+1, B, P]`` (the policy parameters) and ``values``
-        (``[T+1, B]``, or ``[T+1, B, 2]`` with an intrinsic value head) are the network's on every row
-        of ``batch``.
-        Returns :class:`LossTerms`, scalar tensors averaged over the ``T x B`` steps.
+    def __call__(self, minibatch: dict[str, torch.Tensor], outputs: Outputs, entropy_cost: float,
+                 intrinsic_coef: float = 0.0) -> LossTerms:
+        """The loss of one optimizer step: ``outputs`` are the network's on every row of ``minibatch``
+        (``[T+1, B]`` of whole unrolls, or ``[1, n]`` steps carrying :data:`BATCH_TARGETS`).
+        Returns :class:`LossTerms`, scalar tensors averaged over the minibatch's steps.
 
-        A minibatch of steps (``agent.minibatch=steps``: ``[1, n]`` rows carrying
-        :data:`BATCH_TARGETS`) is scored by :meth:`step_targets` instead, ``params [1, n, P]`` and
-        ``values [1, n]`` (or ``[1, n, 2]``) on its rows.
-
-        With ``preactivations`` (the encoder's, ``[T+1, B, F]`` or ``[1, n, F]``; ``agent.pfo_coef > 0``)
-        the total adds ``agent.pfo_coef`` x :meth:`feature_drift`, reported as ``feature_drift``."""
-        if BATCH_TARGETS[0] in batch:
-            terms = self.objective(batch, self.step_targets(batch, params, values, intrinsic_coef), entropy_cost)
-        else:
-            terms = self.objective(batch, self.targets(batch, params, values, intrinsic_coef), entropy_cost)
-        if preactivations is None:
+        With ``agent.pfo_coef > 0`` the total adds ``agent.pfo_coef`` x :meth:`feature_drift`,
+        reported as ``feature_drift``."""
+        targets = self.minibatch_targets(minibatch, outputs.params, outputs.values, intrinsic_coef)
+        terms = self.objective(minibatch, targets, entropy_cost)
+        if self.pfo_coef == 0:
             return terms
-        drift = self.feature_drift(batch, preactivations)
+        drift = self.feature_drift(minibatch, outputs.preactivations)
         return terms._replace(total=terms.total + self.pfo_coef * drift,
                               diagnostics={**(terms.diagnostics or {}), "feature_drift": drift.detach()})
 
@@ -158,7 +170,7 @@ class AgentLoss:
         those of the network at the start of the batch's update (``batch[OLD_PREACTIVATIONS]``): a
         trust region on the features, as PPO's clip is one on the policy. A scalar tensor over the
         steps (rows ``0..T-1``, or every row of a minibatch of steps), in float32."""
-        rows = slice(None) if BATCH_TARGETS[0] in batch else STEPS
+        rows = self.drift_rows
         return (preactivations[rows].float() - batch[OLD_PREACTIVATIONS][rows]).pow(2).mean()
 
     def streams(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
@@ -167,27 +179,25 @@ class AgentLoss:
         combination.
 
         The extrinsic stream's rewards are the extrinsic ones clipped to ``agent.reward_clip`` (0 when
-        pretraining), its episodes end where the env's did. With ``batch["intrinsic_reward"]``
-        (``[T, B]``, normalised): on a network with an intrinsic value head (``values [T+1, B, 2]``),
-        a second stream of the intrinsic return with weight ``intrinsic_coef``, discounted by
-        ``agent.discount`` and not cut at episode ends (Burda et al. 2019, Section 2.3); on a network
+        pretraining), its episodes end where the env's did. With an intrinsic reward
+        (``batch["intrinsic_reward"]`` ``[T, B]``, normalised): with an intrinsic value head (``values
+        [T+1, B, 2]``), a second stream of the intrinsic return with weight ``intrinsic_coef``,
+        discounted by ``agent.discount`` and not cut at episode ends (Burda et al. 2019, Section 2.3);
         with one head (``intrinsic.episodic``), the extrinsic stream's reward is the extrinsic one plus
         ``intrinsic_coef`` times it.
         """
-        two_heads = values.dim() == 3
-        values, intrinsic_values = (values[..., 0], values[..., 1]) if two_heads else (values, None)
+        values, intrinsic_values = (values[..., 0], values[..., 1]) if self.two_heads else (values, None)
         rewards = self.extrinsic_rewards(batch)
-        if "intrinsic_reward" in batch and not two_heads:
+        if self.bonus_added:
             rewards = rewards + intrinsic_coef * batch["intrinsic_reward"]
         baseline = values[STEPS]
         streams = [(Stream(rewards, batch["terminated"][STEPS], batch["truncated"][STEPS], baseline,
                            values[BOOTSTRAP], batch["truncation_value"][STEPS]), 1.0)]
-        if two_heads:
+        if self.two_heads:
             never = torch.zeros_like(batch["terminated"][STEPS], dtype=torch.bool)
             intrinsic_baseline = intrinsic_values[STEPS]
-            streams.append((Stream(batch.get("intrinsic_reward", torch.zeros_like(rewards)), never, never,
-                                   intrinsic_baseline, intrinsic_values[BOOTSTRAP],
-                                   torch.zeros_like(intrinsic_baseline)), intrinsic_coef))
+            streams.append((Stream(batch["intrinsic_reward"], never, never, intrinsic_baseline,
+                                   intrinsic_values[BOOTSTRAP], torch.zeros_like(intrinsic_baseline)), intrinsic_coef))
         return streams
 
     def extrinsic_rewards(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -209,12 +219,12 @@ class AgentLoss:
         intrinsic = intrinsic_coef * bonus
         return intrinsic / (intrinsic + extrinsic) if intrinsic + extrinsic > 0 else 0.0
 
-    def targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
-                intrinsic_coef: float = 0.0, per_minibatch: bool = True) -> Targets:
+    def unroll_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
+                       intrinsic_coef: float = 0.0, per_minibatch: bool = True) -> Targets:
         """The estimator on each of :meth:`streams` with the current network's policy parameters
-        ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``), the advantages summed
-        with the streams' weights (``A_ext + intrinsic_coef x A_int``) and, with
-        ``agent.normalize_advantages`` and ``per_minibatch``, standardised over the batch given.
+        ``params [T+1, B, P]`` and ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``) on a batch of whole
+        unrolls, the advantages summed with the streams' weights (``A_ext + intrinsic_coef x A_int``)
+        and, with ``agent.normalize_advantages`` and ``per_minibatch``, standardised over the batch given.
 
         The intrinsic head's values and targets come out times ``intrinsic_coef``, so its squared
         error is ``intrinsic_coef^2`` times that on the normalised intrinsic return. The head still
@@ -229,7 +239,7 @@ class AgentLoss:
         distribution's log-probabilities of the stored actions (``batch["policy_params"]``), in float32
         whatever the network's precision; both streams share them.
         """
-        policy, log_probs, log_rhos = self._scores(batch["action"][STEPS], params[STEPS],
+        dist, log_probs, log_rhos = self._scores(batch["action"][STEPS], params[STEPS],
                                                    batch["policy_params"][STEPS])
         advantages, heads, vs = None, [], []
         for stream, weight in self.streams(batch, values, intrinsic_coef):
@@ -238,82 +248,47 @@ class AgentLoss:
             heads.append(weight * stream.values)
             vs.append(weight * estimate.targets)
         if self.normalize_advantages and per_minibatch:
-            advantages = standardise(advantages)
-        old_values = batch["baseline"][STEPS] if "baseline" in batch else None
-        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads, vs, old_values)
+            advantages = standardize(advantages)
+        old_values = batch["baseline"][STEPS] if self.objective.reads_old_values else None
+        return Targets(log_rhos, log_probs, dist.entropy(), advantages, heads, vs, old_values)
 
     def batch_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                       intrinsic_coef: float = 0.0) -> dict[str, torch.Tensor]:
         """The targets of a whole ``[T+1, B]`` batch, computed once before the epochs
-        (``agent.minibatch=steps``): :meth:`targets` with the network's ``params [T+1, B, P]`` and
+        (``agent.minibatch=steps``): :meth:`unroll_targets` with the network's ``params [T+1, B, P]`` and
         ``values`` (``[T+1, B]`` or ``[T+1, B, 2]``) at the start of the update, without gradient and
         not standardised (each minibatch standardises its own).
 
         Returns:
             ``{"advantages": [T, B], "value_targets": [T, B, H]}`` float32, H the value heads (the
-            intrinsic one's times ``intrinsic_coef``, as :meth:`targets` gives them).
+            intrinsic one's times ``intrinsic_coef``, as :meth:`unroll_targets` gives them).
         """
         with torch.no_grad():
-            targets = self.targets(batch, params, values, intrinsic_coef, per_minibatch=False)
+            targets = self.unroll_targets(batch, params, values, intrinsic_coef, per_minibatch=False)
         return {"advantages": targets.advantages, "value_targets": torch.stack(targets.vs, dim=-1)}
 
     def step_targets(self, batch: dict[str, torch.Tensor], params: torch.Tensor, values: torch.Tensor,
                      intrinsic_coef: float = 0.0) -> Targets:
-        """:class:`Targets` of a minibatch of steps (:meth:`minibatches` with ``agent.minibatch=steps``):
+        """:class:`Targets` of a minibatch of steps (``agent.minibatch=steps``, :mod:`distrl.learning.plan`):
         every tensor ``[1, n, ...]``, every row a step; the advantages and value targets are the
         batch's (:meth:`batch_targets`), standardised over the minibatch with
         ``agent.normalize_advantages``; the log importance weights, log-probabilities, entropy and
         values those of the network given (``params [1, n, P]``, ``values [1, n]`` or ``[1, n, 2]``),
-        the intrinsic head's times ``intrinsic_coef`` as its targets are (:meth:`targets`)."""
-        policy, log_probs, log_rhos = self._scores(batch["action"], params, batch["policy_params"])
-        heads = [values[..., 0], intrinsic_coef * values[..., 1]] if values.dim() == 3 else [values]
+        the intrinsic head's times ``intrinsic_coef`` as its targets are (:meth:`unroll_targets`)."""
+        dist, log_probs, log_rhos = self._scores(batch["action"], params, batch["policy_params"])
+        heads = [values[..., 0], intrinsic_coef * values[..., 1]] if self.two_heads else [values]
         advantages = batch["advantages"]
         if self.normalize_advantages:
-            advantages = standardise(advantages)
-        return Targets(log_rhos, log_probs, policy.entropy(), advantages, heads,
-                       list(batch["value_targets"].unbind(-1)), batch.get("baseline"))
+            advantages = standardize(advantages)
+        old_values = batch["baseline"] if self.objective.reads_old_values else None
+        return Targets(log_rhos, log_probs, dist.entropy(), advantages, heads,
+                       list(batch["value_targets"].unbind(-1)), old_values)
 
     def _scores(self, actions: torch.Tensor, params: torch.Tensor, behaviour_params: torch.Tensor):
         """The stored ``actions`` ``[T, B, ...]`` under the current policy (``params [T, B, P]``, fp32:
         the network's heads give fp32) and the behaviour policy (``behaviour_params``): the current
         distribution, ``log pi(a|x)`` and ``log pi(a|x) - log mu(a|x)``, each ``[T, B]`` (summed over an
         action's dimensions)."""
-        policy = self.action_space.distribution(params)
-        log_probs = policy.log_prob(actions)
-        return policy, log_probs, log_probs - self.action_space.distribution(behaviour_params).log_prob(actions)
-
-    def minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None = None
-                    ) -> list[dict[str, torch.Tensor]]:
-        """``batch`` split into :attr:`num_minibatches` minibatches.
-
-        ``unrolls``: of whole unrolls, a random permutation of the ``B`` columns cut into equal parts
-        (validation makes them divide ``B``); one minibatch is the batch itself. ``steps``: ``batch``
-        carries :data:`BATCH_TARGETS`; its ``T x B`` steps (rows ``0..T-1`` of every per-step key,
-        the slots' own keys left out) in a random permutation cut into equal parts (validation makes
-        them divide ``T x B``), each a ``[1, n]`` minibatch whose rows are steps."""
-        if self.minibatch == "steps":
-            return self._step_minibatches(batch, generator)
-        if self.num_minibatches == 1:
-            return [batch]
-        size = batch["action"].shape[1]
-        order = torch.randperm(size, generator=generator)
-        # the unrolls' dimension: 0 of a [B] key (policy_version), 1 of every other ([T+1, B, ...] rows,
-        # [T, B] intrinsic rewards, the [1, B, H] LSTM state)
-        return [{key: value.index_select(0 if value.dim() == 1 else 1, part.to(value.device))
-                 for key, value in batch.items()}
-                for part in order.chunk(self.num_minibatches)]
-
-    def _step_minibatches(self, batch: dict[str, torch.Tensor], generator: torch.Generator | None
-                          ) -> list[dict[str, torch.Tensor]]:
-        """:meth:`minibatches` of single steps (``agent.minibatch=steps``)."""
-        steps = batch["action"].shape[0] - 1
-        flat = {}
-        for key, value in batch.items():
-            if key in ACTED_KEYS or key in STEPPED_KEYS or key == OLD_PREACTIVATIONS:
-                value = value[STEPS]
-            elif not (key in BATCH_TARGETS or key == "intrinsic_reward"):
-                continue  # one value per slot (policy_version, env_id): no step's
-            flat[key] = value.reshape(steps * value.shape[1], *value.shape[2:])
-        order = torch.randperm(steps * batch["action"].shape[1], generator=generator)
-        return [{key: value.index_select(0, part.to(value.device)).unsqueeze(0) for key, value in flat.items()}
-                for part in order.chunk(self.num_minibatches)]
+        dist = self.action_space.distribution(params)
+        log_probs = dist.log_prob(actions)
+        return dist, log_probs, log_probs - self.action_space.distribution(behaviour_params).log_prob(actions)

@@ -31,6 +31,8 @@ class PolicyGradient:
         baseline_cost: the value loss's weight (``agent.baseline_cost``).
     """
 
+    reads_old_values = False
+
     def __init__(self, baseline_cost: float):
         self.baseline_cost = baseline_cost
 

@@ -78,15 +78,15 @@ class GAE:
 
 
 def make_estimator(agent: DictConfig) -> VTrace | GAE:
-    """The estimator of ``agent.estimator`` (absent: ``vtrace``) over the ``agent`` node's
+    """The estimator of ``agent.estimator`` over the ``agent`` node's
     ``discount``, ``rho_bar``, ``c_bar`` and ``trace_lambda`` (GAE's lambda).
 
     Raises:
         ValueError: another name (validation refuses it first).
     """
-    name = agent.get("estimator", "vtrace")
+    name = agent.estimator
     if name == "vtrace":
-        return VTrace(agent.discount, agent.rho_bar, agent.c_bar, agent.get("trace_lambda", 1.0))
+        return VTrace(agent.discount, agent.rho_bar, agent.c_bar, agent.trace_lambda)
     if name == "gae":
-        return GAE(agent.discount, agent.get("trace_lambda", 1.0))
+        return GAE(agent.discount, agent.trace_lambda)
     raise ValueError(f"agent.estimator={name!r}: use one of {', '.join(ESTIMATORS)}")

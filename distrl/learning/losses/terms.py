@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 
-def standardise(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def standardize(advantages: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """The advantages shifted and scaled to mean 0 and standard deviation 1 over all their elements
     (``[T, B]`` -> ``[T, B]``), as PPO's implementations do per minibatch (OpenAI Baselines' ppo2,
     CleanRL's ``norm_adv``; not in IMPALA): the policy gradient's scale then no longer depends on
