@@ -221,8 +221,7 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     finishes."""
     cfg = compose_train([*TINY_CARTPOLE, "train.eval_interval=1000"])
     trainer = Trainer(cfg, tmp_path, progress=False)
-    loop = TrainingLoop(cfg, trainer.placement, trainer.spec, trainer.policy, trainer.learner, trainer.stats, None,
-                      trainer.checkpointer, trainer.ranks, tmp_path, False, cfg.env, trainer.save_requested)
+    loop = TrainingLoop(trainer)
     # log_eval's part of a reporter: no channels or workers (no actor runs here)
     loop.reporter = Reporter(NullTelemetry(), None, trainer.ranks, trainer.learner, trainer.stats, None,
                                 trainer.policy, 1)

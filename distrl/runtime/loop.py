@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Protocol
 
 import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf
@@ -51,28 +52,38 @@ TICK_SECONDS = 0.25
 SHUTTING_DOWN = threading.Event()
 
 
+class RunParts(Protocol):
+    """What a training loop runs: the parts :class:`distrl.runtime.trainer.Trainer` built (the trainer
+    itself has them): the run's ``cfg``, ``placement`` and env ``spec``; the network's copies
+    (``policy``), the ``learner``, its statistics (``stats``) and the ``intrinsic`` module (or None); the
+    ``checkpointer`` (it keeps when the run last evaluated and saved); this process's ``ranks``; the
+    ``run_dir``; whether to show the console ``progress`` bar; the ``env`` node evaluations use
+    (``eval_env``); and ``save_requested``, set to ask for a checkpoint at the next tick (SIGUSR1)."""
+
+    cfg: DictConfig
+    placement: Placement
+    spec: EnvSpec
+    policy: ActorLearner
+    learner: Learner
+    stats: LearnerStats
+    intrinsic: IntrinsicReward | None
+    checkpointer: Checkpointer
+    ranks: Ranks
+    run_dir: Path
+    progress: bool
+    eval_env: DictConfig
+    save_requested: threading.Event
+
+
 class TrainingLoop:
-    """One train() call of a run: the parts :class:`distrl.runtime.trainer.Trainer` built, run
-    until the budget is consumed or a stop.
+    """One train() call of a run: the parts :class:`distrl.runtime.trainer.Trainer` built
+    (:class:`RunParts`), run until the budget is consumed or a stop."""
 
-    Args:
-        cfg, placement, spec: the run's config, placement and env spec.
-        policy, learner, stats, intrinsic: the network's copies, the learner, its statistics and the
-            intrinsic module (or None).
-        checkpointer: saves checkpoints and keeps when the run last evaluated and saved.
-        ranks: this process's rank among several.
-        run_dir: the run directory.
-        progress: show the console progress bar.
-        eval_env: the ``env`` node evaluations use.
-        save_requested: set to ask for a checkpoint at the next tick (SIGUSR1).
-    """
-
-    def __init__(self, cfg: DictConfig, placement: Placement, spec: EnvSpec, policy: ActorLearner, learner: Learner,
-                 stats: LearnerStats, intrinsic: IntrinsicReward | None, checkpointer: Checkpointer, ranks: Ranks,
-                 run_dir: Path, progress: bool, eval_env: DictConfig, save_requested: threading.Event):
-        self.cfg, self.placement, self.spec, self.policy, self.learner = cfg, placement, spec, policy, learner
-        self.stats, self.intrinsic, self.checkpointer, self.ranks = stats, intrinsic, checkpointer, ranks
-        self.run_dir, self.progress, self.eval_env, self.save_requested = run_dir, progress, eval_env, save_requested
+    def __init__(self, parts: RunParts):
+        self.cfg, self.placement, self.spec, self.policy = parts.cfg, parts.placement, parts.spec, parts.policy
+        self.learner, self.stats, self.intrinsic = parts.learner, parts.stats, parts.intrinsic
+        self.checkpointer, self.ranks, self.run_dir = parts.checkpointer, parts.ranks, Path(parts.run_dir)
+        self.progress, self.eval_env, self.save_requested = parts.progress, parts.eval_env, parts.save_requested
 
     def run(self) -> None:
         """Start the actors and learner threads, run the schedule until the budget is consumed (or a

@@ -213,9 +213,7 @@ class Trainer:
             torch.set_num_threads(torch_threads(self.learner.optimizer_step.split, self.placement.learner_threads))
             try:
                 with logs.above_the_bar(self.progress):
-                    TrainingLoop(self.cfg, self.placement, self.spec, self.policy, self.learner, self.stats,
-                            self.intrinsic, self.checkpointer, self.ranks, self.run_dir, self.progress,
-                            self.eval_env, self.save_requested).run()
+                    TrainingLoop(self).run()
             finally:
                 torch.set_num_threads(threads_before)
         return self.counters
