@@ -16,8 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from distrl.config.host import actor_precision, cpu_count, resolve_device, resolve_precision
 
-# learner_split=auto on 2 cores: one part a thread. Pong, APPO, 2-core Intel Xeon, fp32, 3 interleaved
-# rounds: T 349 (2 parts), 331 (4 parts), 330 (2 torch threads, unsplit), 277 (1 thread; the old auto)
+# learner_split=auto on 2 cores: one part a thread. Pong, APPO, 3 interleaved rounds (scripts/bench.py
+# --only T): 2-core Intel Xeon, fp32: T 349 (2 parts), 331 (4 parts), 330 (2 torch threads, unsplit),
+# 277 (1 thread; the old auto); 2-core AMD EPYC with AVX512-BF16, bf16 (issue 79, commit ff4e5da): T 860
+# (2 parts on 2 threads) against 643 (1 thread, the old auto there), 1.34x (docs/lab/benchmarks.md)
 SPLIT_PARTS = 2
 # the encoders whose step is heavy enough to split: on HalfCheetah's 64x64 MLP (experiment=mujoco)
 # a split (or a second torch thread) cost T 0.53-0.68x one thread; on MiniGrid's small CNN 1.0x
@@ -77,11 +79,11 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       (:data:`SPLIT_ENCODERS`) splits each minibatch's network work in :data:`SPLIT_PARTS` parts on
       threads (:mod:`distrl.learning.split`), so that it takes the time the actor leaves on its
       core: Pong, APPO, 2-core Intel Xeon, fp32, T 1.26x one learner thread, 1.06x two torch threads
-      unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"). Elsewhere 1 (no split): on 1
-      core there is nothing to share; a small network's step is too short to share (MuJoCo's MLP);
+      unsplit (docs/lab/benchmarks.md, "APPO at the 2-core limit"); 2-core AMD EPYC with
+      AVX512-BF16, bf16, T 1.34x one learner thread (issue 79). Elsewhere 1 (no split): on 1 core
+      there is nothing to share; a small network's step is too short to share (MuJoCo's MLP);
       IMPALA's one step a batch leaves the actors the bottleneck; ``train.th_compile`` compiles the
-      unsplit step; the IMPALA ResNet, more cores, a GPU and bf16 are unmeasured (on a 2-core
-      AVX512-BF16 EPYC in bf16 a second torch thread lost: T 960 against 1,061 with one).
+      unsplit step; the IMPALA ResNet, more cores, a GPU and bf16 on an AMX Xeon are unmeasured.
     - ``learner_threads=auto``: with a split, every core (the parts' threads share the actors'
       cores); otherwise the cores the actors leave (at least 1).
     - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
@@ -118,7 +120,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     precision, reason = resolve_precision(cfg.get("precision", "fp32"), device)
     learner_split = cfg.get("learner_split", 1)
     if learner_split == "auto":
-        measured = (device.type == "cpu" and cores == 2 and precision == "fp32" and steps_a_batch > 1
+        measured = (device.type == "cpu" and cores == 2 and steps_a_batch > 1
                     and cfg.model.encoder in SPLIT_ENCODERS and not cfg.train.get("th_compile", False))
         learner_split = SPLIT_PARTS if measured else 1
     if cfg.learner_threads != "auto":
