@@ -42,7 +42,7 @@ def fixed_batch(T=5, B=4, A=6, two_heads=False):
 @pytest.mark.parametrize("two_heads", [False, True])
 def test_the_discrete_losses_are_those_of_30df573_bit_for_bit_and_their_gradients_to_the_last_bits(agent, two_heads):
     """With an intrinsic value head (coef 0.5), one change since 30df573, by design: that head's
-    squared error is weighted by coef^2 (AgentLoss.targets), so its values' gradients are 0.25 times
+    squared error is weighted by coef^2 (AgentLoss.unroll_targets), so its values' gradients are 0.25 times
     the reference's and the value term is smaller; everything else is 30df573's."""
     reference = torch.load(REFERENCE, weights_only=True)[f"{agent}-{'two' if two_heads else 'one'}"]
     cfg = compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala" else ["agent=appo"])

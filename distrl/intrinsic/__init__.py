@@ -4,7 +4,7 @@ A module sees a ``[T+1, B]`` batch of rollouts (:mod:`distrl.rollout`) and gives
 of rows ``0..T-1`` an intrinsic reward for the observation it led to (row ``t+1``), divided by a
 running standard deviation ``sigma`` (below). By default the learner gives it a return and a value
 head of its own and adds the advantages,
-``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.learning.losses.base.AgentLoss.targets`); with
+``A_t = A_ext_t + coef_t * A_int_t`` (:meth:`distrl.learning.losses.base.AgentLoss.unroll_targets`); with
 ``intrinsic.episodic=true`` it adds the rewards instead, ``r_t = clip(r_ext_t) + coef_t * r_int_t /
 sigma``, in one return. ``coef_t`` is ``intrinsic.coef`` times its schedule
 (:class:`distrl.learning.schedule.Schedule`).
@@ -29,7 +29,7 @@ Decisions, with their sources:
   first, left the intrinsic value loss at 3-17 and the gradient norm at 20-180 on DoorKey-8x8 (the
   clip is 0.5), the value head's error drowning the policy's gradient (docs/lab/exploration.md).
 - **The intrinsic head's loss in the units of its advantages**: its values and targets enter the
-  value loss times ``coef_t`` (:meth:`distrl.learning.losses.base.AgentLoss.targets`), so the head
+  value loss times ``coef_t`` (:meth:`distrl.learning.losses.base.AgentLoss.unroll_targets`), so the head
   weighs in the torso it shares with the policy as much as its advantages weigh in the policy
   gradient. Burda et al. train both heads at full weight beside standardised advantages; with raw
   advantages (``experiment=minigrid``) the unweighted head took the gradient even at coef 0.001

@@ -3,7 +3,7 @@
 Sample Factory's asynchronous PPO with ``with_vtrace=True`` (Petrenko et al. 2020; its learner's
 ``_calculate_losses``): the learner makes ``num_epochs`` passes over each batch, each in
 ``num_minibatches`` minibatches of whole unrolls, and recomputes V-trace on every minibatch with
-the network of that moment (:meth:`distrl.learning.losses.base.AgentLoss.targets`), so that the targets
+the network of that moment (:meth:`distrl.learning.losses.base.AgentLoss.unroll_targets`), so that the targets
 follow the policy as it moves within the batch; with ``agent.minibatch=steps`` the minibatches are
 single steps and the targets those of the batch at the update's start, as PPO's GAE once per
 rollout (:meth:`distrl.learning.losses.base.AgentLoss.batch_targets`). On one minibatch, averaged

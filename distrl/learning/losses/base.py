@@ -6,7 +6,7 @@ computed once before them, is the learner's plan (:mod:`distrl.learning.plan`).
 A batch is ``[T+1, B]``: rows ``0..T-1`` (:data:`distrl.rollout.STEPS`) are the steps the loss is
 computed on and row ``T`` (:data:`distrl.rollout.BOOTSTRAP`) the observation whose value bootstraps
 the unroll (:mod:`distrl.rollout`). On a (mini)batch and the network's outputs on it,
-:meth:`AgentLoss.targets` scores the stored actions under the current and the behaviour
+:meth:`AgentLoss.unroll_targets` scores the stored actions under the current and the behaviour
 distribution, splits the rewards into streams (:meth:`AgentLoss.streams`: the extrinsic one, and an
 intrinsic one with its own value head), runs the return estimator on each
 (:mod:`distrl.learning.losses.returns`: V-trace or GAE) and combines their advantages; the objective
@@ -79,9 +79,9 @@ class Targets(NamedTuple):
     gradient; ``vs``: per value head, the estimator's value targets ``[T, B]`` (no gradient). The heads
     are the extrinsic one, then with an intrinsic value head the intrinsic one, whose ``values`` and
     ``vs`` are times ``intrinsic_coef``: in the units of the advantages it adds, so that its loss
-    weighs in the gradient as much as its advantages do in the policy's (:meth:`AgentLoss.targets`); ``old_values``:
-    ``[T, B]`` the behaviour policy's extrinsic value ``V_old(x_t)`` the actor stored (no gradient;
-    None for a batch without ``baseline``, which only APPO's value clipping reads).
+    weighs in the gradient as much as its advantages do in the policy's (:meth:`AgentLoss.unroll_targets`);
+    ``old_values``: ``[T, B]`` the behaviour policy's extrinsic value ``V_old(x_t)`` the actor stored
+    (no gradient), read only for an objective that reads it (APPO's value clipping), else None.
     """
 
     log_rhos: torch.Tensor
