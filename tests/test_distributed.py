@@ -60,7 +60,7 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.position.updates == state["agent_steps"] // (20 * 4)  # T x B of one rank
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.agent.lr * (1 - state["agent_steps"] / 10000))
-    assert_actor_holds(trainer.policy.actor.state_dict(), state["model"])
+    assert_actor_holds(trainer.net.actor.state_dict(), state["model"])
 
 
 @pytest.mark.long

@@ -66,10 +66,10 @@ def test_placement_sizes_a_machine_of_1_2_16_48_cores(cores, device, actors, thr
 
     monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: set(range(100, 100 + cores)))
     monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device(device))
-    p = plan(compose_train(["precision=fp32"]))  # (the split is measured in fp32 only)
+    p = plan(compose_train(["precision=fp32"]))
     assert (p.num_actors, p.learner_threads, p.learner_split, p.device.type) == (actors, threads, split, device)
-    bf16 = plan(compose_train(["precision=bf16"]))
-    assert (bf16.learner_split, bf16.learner_threads) == (1, max(1, cores - actors))
+    bf16 = plan(compose_train(["precision=bf16"]))  # the same rule (measured in both, docs/lab/benchmarks.md)
+    assert (bf16.learner_split, bf16.learner_threads) == (split, threads)
     impala = plan(compose_train(["agent=impala"]))
     assert (impala.learner_split, impala.learner_threads) == (1, max(1, cores - actors))
     assert p.num_storages == actors * 16 + 32  # APPO, B=32

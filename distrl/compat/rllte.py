@@ -250,7 +250,7 @@ class DistributedAgent:
     @property
     def policy(self):
         """The ``DistributedActorLearner`` (after :meth:`train`)."""
-        return None if self.trainer is None else self.trainer.policy
+        return None if self.trainer is None else self.trainer.net
 
 
 class IMPALA(DistributedAgent):

@@ -147,10 +147,10 @@ class Learner:
             batch = normalize_batch(self.net.learner, batch, self.ranks.sum_ if self.ranks.enabled else None, stop)
             batch, intrinsic = self._intrinsic_rewards(batch, position)
             batch = self.plan.prepare(batch, self.optimizer_step.forward, position.intrinsic_coef)
-            reported, steps, finite = run_steps(self.optimizer_step, self.plan.minibatches(batch),
+            reported, optimizer_steps, finite = run_steps(self.optimizer_step, self.plan.minibatches(batch),
                                                 position.entropy_cost, position.intrinsic_coef, stop)
             publish_start = time.perf_counter()
-            if steps > 0:
+            if optimizer_steps > 0:
                 self.net.publish()
             publish_seconds = time.perf_counter() - publish_start
             if self.intrinsic is not None:

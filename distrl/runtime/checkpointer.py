@@ -38,17 +38,17 @@ class Checkpointer:
     evaluation return (``best_eval_return``).
 
     Args:
-        policy, optimizer, intrinsic, learner: the run's network copies, optimizer, intrinsic
+        net, optimizer, intrinsic, learner: the run's network copies (the actor/learner pair), optimizer, intrinsic
             module (or None) and learner (its lock and update count: :attr:`Learner.position`).
         cfg, spec, placement: the run's config, env spec and placement (saved with the weights).
         ranks: rank 0 alone writes files.
         run_dir: checkpoints go to ``run_dir/checkpoints``.
     """
 
-    def __init__(self, policy: ActorLearner, optimizer: torch.optim.Optimizer,
+    def __init__(self, net: ActorLearner, optimizer: torch.optim.Optimizer,
                  intrinsic: IntrinsicReward | None, learner: Learner, cfg: DictConfig, spec: EnvSpec,
                  placement: Placement, ranks: Ranks, run_dir: Path):
-        self.policy, self.optimizer, self.intrinsic, self.learner = policy, optimizer, intrinsic, learner
+        self.net, self.optimizer, self.intrinsic, self.learner = net, optimizer, intrinsic, learner
         self.cfg, self.spec, self.placement, self.ranks, self.run_dir = cfg, spec, placement, ranks, run_dir
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
@@ -70,8 +70,8 @@ class Checkpointer:
         mismatch = checkpoint.incompatibility(saved, self.cfg, self.spec.obs_shape, self.spec.action_space.as_dict())
         if mismatch:
             raise checkpoint.CheckpointError(f"cannot resume from {path}: {mismatch}")
-        self.policy.learner.load_state_dict(saved["model"])
-        self.policy.publish()
+        self.net.learner.load_state_dict(saved["model"])
+        self.net.publish()
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.intrinsic is not None:
             self.intrinsic.load_checkpoint_state(saved["intrinsic"])
@@ -88,7 +88,7 @@ class Checkpointer:
         """A consistent snapshot of the run (see :mod:`distrl.utils.checkpoint`), tensors on the CPU:
         weights, optimizer and counters of one moment (between two updates)."""
         with self.learner.lock:
-            model_state = {k: v.detach().cpu().clone() for k, v in self.policy.learner.state_dict().items()}
+            model_state = {k: v.detach().cpu().clone() for k, v in self.net.learner.state_dict().items()}
             optimizer_state = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
             intrinsic = _to_cpu(copy.deepcopy(self.intrinsic.checkpoint_state())) if self.intrinsic else None
             position = self.learner.position
@@ -162,12 +162,12 @@ class Checkpointer:
             log.error("best.pt not saved, training goes on: %s", exc)
 
 
-def load_initial_weights(policy: ActorLearner, intrinsic: IntrinsicReward | None, cfg: DictConfig,
+def load_initial_weights(net: ActorLearner, intrinsic: IntrinsicReward | None, cfg: DictConfig,
                          path: str) -> None:
     """``train.init_model_path`` (a file, or a run directory's latest checkpoint): the policy's
     weights and, when the file holds a module of this run's ``intrinsic.name`` (a pretraining run's
     checkpoint), the intrinsic module's state. The optimizer and the counters start fresh."""
-    policy.load(path)
+    net.load(path)
     log.info("initial weights from %s", path)
     if intrinsic is None:
         return

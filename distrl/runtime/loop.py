@@ -55,15 +55,16 @@ SHUTTING_DOWN = threading.Event()
 class RunParts(Protocol):
     """What a training loop runs: the parts :class:`distrl.runtime.trainer.Trainer` built (the trainer
     itself has them): the run's ``cfg``, ``placement`` and env ``spec``; the network's copies
-    (``policy``), the ``learner``, its statistics (``stats``) and the ``intrinsic`` module (or None); the
-    ``checkpointer`` (it keeps when the run last evaluated and saved); this process's ``ranks``; the
-    ``run_dir``; whether to show the console ``progress`` bar; the ``env`` node evaluations use
-    (``eval_env``); and ``save_requested``, set to ask for a checkpoint at the next tick (SIGUSR1)."""
+    (``net``, the actor/learner pair), the ``learner``, its statistics (``stats``) and the
+    ``intrinsic`` module (or None); the ``checkpointer`` (it keeps when the run last evaluated and
+    saved); this process's ``ranks``; the ``run_dir``; whether to show the console ``progress`` bar;
+    the ``env`` node evaluations use (``eval_env``); and ``save_requested``, set to ask for a
+    checkpoint at the next tick (SIGUSR1)."""
 
     cfg: DictConfig
     placement: Placement
     spec: EnvSpec
-    policy: ActorLearner
+    net: ActorLearner
     learner: Learner
     stats: LearnerStats
     intrinsic: IntrinsicReward | None
@@ -80,7 +81,7 @@ class TrainingLoop:
     (:class:`RunParts`), run until the budget is consumed or a stop."""
 
     def __init__(self, parts: RunParts):
-        self.cfg, self.placement, self.spec, self.policy = parts.cfg, parts.placement, parts.spec, parts.policy
+        self.cfg, self.placement, self.spec, self.net = parts.cfg, parts.placement, parts.spec, parts.net
         self.learner, self.stats, self.intrinsic = parts.learner, parts.stats, parts.intrinsic
         self.checkpointer, self.ranks, self.run_dir = parts.checkpointer, parts.ranks, Path(parts.run_dir)
         self.progress, self.eval_env, self.save_requested = parts.progress, parts.eval_env, parts.save_requested
@@ -91,7 +92,7 @@ class TrainingLoop:
         cfg, p, train = self.cfg, self.placement, self.cfg.train
         SHUTTING_DOWN.clear()
         self.ranks.clear_stop()
-        announce(cfg, p, self.spec, self.policy, self.ranks, self.run_dir)
+        announce(cfg, p, self.spec, self.net, self.ranks, self.run_dir)
         mp_context = mp.get_context("spawn")
         slots = Slots(RolloutLayout.for_run(cfg, self.spec), self.placement.num_storages, mp_context)
         log.debug("slots: %d, %.1f MiB shared memory", self.placement.num_storages, slots.nbytes() / 2**20)
@@ -111,12 +112,12 @@ class TrainingLoop:
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
         self.reporter = Reporter(self.telemetry, channels, self.ranks, self.learner, self.stats, self.workers,
-                                 self.policy, self.spec.frameskip, cfg.env.get("success_above"))
-        self.evaluations = Evaluations(self.policy.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
+                                 self.net, self.spec.frameskip, cfg.env.get("success_above"))
+        self.evaluations = Evaluations(self.net.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
                                        p.actor_precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"
         try:
-            contexts = actor_contexts(cfg, p, self.policy.actor, slots, channels, first_actor=first_actor,
+            contexts = actor_contexts(cfg, p, self.net.actor, slots, channels, first_actor=first_actor,
                                       bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
             self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.max_nonfinite_updates,
                                cfg.distributed.check_interval, train.prefetch)

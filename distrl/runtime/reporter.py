@@ -46,7 +46,7 @@ class Reporter:
         ranks: rank 0 logs every rank's episodes (the others hand theirs over).
         learner, stats: the learner (its lock, update count and last batch) and its statistics.
         workers: the actor restarts to log.
-        policy: the network whose encoder's dormant units are measured.
+        net: the actor/learner pair whose learner's encoder's dormant units are measured.
         frameskip: frames per agent step (FPS beside SPS).
         success_above: an episode whose return is above this succeeded (``env.success_above``):
             ``charts/success_rate`` over each log interval's episodes and ``eval/success_rate``;
@@ -54,10 +54,10 @@ class Reporter:
     """
 
     def __init__(self, telemetry: Telemetry | NullTelemetry, channels: Channels, ranks: Ranks, learner: Learner,
-                 stats: LearnerStats, workers: Workers, policy: ActorLearner, frameskip: int,
+                 stats: LearnerStats, workers: Workers, net: ActorLearner, frameskip: int,
                  success_above: float | None = None):
         self.telemetry, self.channels, self.ranks, self.learner, self.stats = telemetry, channels, ranks, learner, stats
-        self.workers, self.policy, self.frameskip = workers, policy, frameskip
+        self.workers, self.net, self.frameskip = workers, net, frameskip
         self.success_above = success_above
         self.interval_episodes = self.interval_successes = 0  # since the last log record
 
@@ -136,7 +136,7 @@ class Reporter:
                 return {}
             obs = obs[:-1].flatten(0, 1)  # the T x B observations of the loss
             obs = obs[::max(1, len(obs) // DORMANT_OBSERVATIONS)][:DORMANT_OBSERVATIONS]
-            fractions, rank = feature_health(self.policy.learner.encoder, obs)
+            fractions, rank = feature_health(self.net.learner.encoder, obs)
         return {**{f"dormant/{name}": value for name, value in fractions.items()}, "rank/features": rank}
 
 
@@ -152,7 +152,7 @@ class Reporter:
                  result.std_return, len(result.returns))
 
 
-def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, policy: ActorLearner, ranks: Ranks,
+def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, net: ActorLearner, ranks: Ranks,
              run_dir: Path) -> None:
     """The run's first log lines: where it writes, what it trains on what, in which precision."""
     p = placement
@@ -160,9 +160,9 @@ def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, policy: Actor
     log.info("%s: observations %s, %s | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
              "%d thread(s)%s | %s", cfg.env.id, spec.obs_shape, spec.action_space.describe(), p.num_actors,
              p.envs_per_actor, cfg.num_steps, cfg.batch_size, p.device, p.learner_threads,
-             f", minibatches in {p.learner_split} parts" if p.learner_split > 1 else "", policy.describe())
+             f", minibatches in {p.learner_split} parts" if p.learner_split > 1 else "", net.describe())
     log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
-    log.debug("%s", policy.learner)
+    log.debug("%s", net.learner)
     if ranks.enabled:
         log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
                  "batch B x ranks = %d", ranks.rank, ranks.world_size, ranks.local_rank,

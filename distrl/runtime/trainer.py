@@ -100,26 +100,26 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
-        self.policy = ActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
+        self.net = ActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
                                               intrinsic_value=needs_value_head(cfg.intrinsic),
                                               return_norm=bool(cfg.agent.get("normalize_returns", False)))
         self.intrinsic = intrinsic_for_run(cfg, self.spec, self.placement.stepping)
         if cfg.train.init_model_path:
             path = str(checkpoint.checkpoint_file(cfg.train.init_model_path))
-            load_initial_weights(self.policy, self.intrinsic, cfg, path)
-        self.policy.to(self.device)
-        self.policy.share_actor(actor_precision=self.placement.actor_precision)
+            load_initial_weights(self.net, self.intrinsic, cfg, path)
+        self.net.to(self.device)
+        self.net.share_actor(actor_precision=self.placement.actor_precision)
         if self.intrinsic is not None:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
-        self.optimizer = make_optimizer(self.policy, cfg.agent)
-        self.learner = make_learner(self.policy, self.optimizer, self.schedule, cfg.agent, self.device,
+        self.optimizer = make_optimizer(self.net, cfg.agent)
+        self.learner = make_learner(self.net, self.optimizer, self.schedule, cfg.agent, self.device,
                                     precision=self.placement.precision, compile=cfg.train.th_compile,
                                     compile_mode=cfg.train.compile_mode, split=split_step(self.placement),
                                     ranks=self.ranks, intrinsic=self.intrinsic, pretraining=cfg.train.pretraining,
                                     user=user)
         self.stats = LearnerStats()
-        self.checkpointer = Checkpointer(self.policy, self.optimizer, self.intrinsic, self.learner, cfg, self.spec,
+        self.checkpointer = Checkpointer(self.net, self.optimizer, self.intrinsic, self.learner, cfg, self.spec,
                                          self.placement, self.ranks, self.run_dir)
         self.save_requested = threading.Event()
         # one live run per run directory (rank 0 holds it for a group of ranks); before any checkpoint is read
@@ -134,8 +134,8 @@ class Trainer:
             self.run_lock.release()
             raise
         if self.ranks.enabled:  # every rank starts from rank 0's weights
-            self.ranks.broadcast_parameters(self.policy.learner)
-            self.policy.publish()
+            self.ranks.broadcast_parameters(self.net.learner)
+            self.net.publish()
 
     @property
     def num_slots(self) -> int:
@@ -170,7 +170,7 @@ class Trainer:
             The returns (raw game score) and lengths (agent steps) of the episodes.
         """
         with self.learner.lock:
-            model = copy.deepcopy(self.policy.learner).cpu()
+            model = copy.deepcopy(self.net.learner).cpu()
         seed = eval_seed(self.cfg.seed, self.position.agent_steps) if seed is None else seed
         return evaluate(model, self.eval_env, num_episodes, seed, deterministic,
                         precision=self.placement.actor_precision)
