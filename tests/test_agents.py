@@ -165,7 +165,7 @@ def test_pfo_adds_the_weighted_drift_of_the_encoders_preactivations_from_the_upd
     the encoder's output before its activation (here the MLP's last tanh); phi_old is taken at the
     update's start, so the first optimizer step sees no drift and the later ones move the weights
     differently from the same update without PFO."""
-    from distrl.learning.losses.base import OLD_PREACTIVATIONS
+    from distrl.learning.losses.penalties import OLD_PREACTIVATIONS
 
     learner, policy = _appo(["agent.pfo_coef=0.5", "agent.num_epochs=2"])
     batch = on_policy_batch(policy)

@@ -134,3 +134,47 @@ def test_a_gaussians_log_ratio_is_computed_in_float32_whatever_the_parameters_dt
     bf16 = (torch.distributions.Normal(moved[:, :17].bfloat16(), 1.0).log_prob(actions.bfloat16()).sum(-1)
             - torch.distributions.Normal(mean.bfloat16(), 1.0).log_prob(actions.bfloat16()).sum(-1))
     assert (bf16.double() - exact).abs().max() > 1e-2
+
+
+def test_each_distributions_kl_is_torchs():
+    """KL(p || q) of every action distribution against torch.distributions.kl_divergence (the
+    MultiDiscrete one the sum over its dimensions, the Gaussian's over its dimensions: Independent)."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(5, 4, 6, generator=g), torch.randn(5, 4, 6, generator=g)
+    want = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=a),
+                                             torch.distributions.Categorical(logits=b))
+    space = ActionSpace("discrete", (6,))
+    torch.testing.assert_close(space.distribution(a).kl(space.distribution(b)), want)
+    multi = ActionSpace("multi_discrete", (2, 4))
+    want = sum(torch.distributions.kl_divergence(torch.distributions.Categorical(logits=x[..., s]),
+                                                 torch.distributions.Categorical(logits=y[..., s]))
+               for x, y in [(a, b)] for s in (slice(0, 2), slice(2, 6)))
+    torch.testing.assert_close(multi.distribution(a).kl(multi.distribution(b)), want)
+    box = ActionSpace("box", (3,), (-1.0,) * 3, (1.0,) * 3)
+
+    def normal(params):
+        return torch.distributions.Independent(torch.distributions.Normal(params[..., :3], params[..., 3:].exp()), 1)
+
+    torch.testing.assert_close(box.distribution(a).kl(box.distribution(b)),
+                               torch.distributions.kl_divergence(normal(a), normal(b)))
+    assert (box.distribution(a).kl(box.distribution(a)).abs() < 1e-6).all()
+
+
+@pytest.mark.parametrize("agent", ["appo", "impala"])
+def test_the_kl_penalty_adds_its_weight_times_the_mean_kl_to_the_behaviour_policy(agent):
+    cfg = compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala" else ["agent=appo"])
+    batch, logits, values = fixed_batch()
+    plain = make_loss(cfg.agent, ActionSpace("discrete", (6,)))(batch, Outputs(logits, values), 0.01)
+    cfg.agent.kl_cost = 0.1
+    terms = make_loss(cfg.agent, ActionSpace("discrete", (6,)))(batch, Outputs(logits, values), 0.01)
+    want = torch.distributions.kl_divergence(torch.distributions.Categorical(logits=logits[:-1]),
+                                             torch.distributions.Categorical(logits=batch["policy_params"][:-1]))
+    torch.testing.assert_close(terms.diagnostics["kl"], want.mean().detach())
+    torch.testing.assert_close(terms.total, plain.total + 0.1 * want.mean())
+    assert "kl" not in (plain.diagnostics or {})
+    terms.total.backward()  # it pulls the current logits towards the behaviour's
+    assert logits.grad is not None
+    from distrl import ConfigError
+
+    with pytest.raises(ConfigError, match=r"agent.kl_cost=-1.0 is not allowed: a number >= 0"):
+        compose_config(["experiment=cartpole", "agent.kl_cost=-1"])

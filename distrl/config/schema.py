@@ -89,8 +89,10 @@ class AgentConfig:
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
     normalize_returns: bool = MISSING
     # PFO (Moalla et al. 2024): the weight of the encoder's feature drift within an update, 0: none
-    # (distrl/learning/losses/base.py, AgentLoss.feature_drift)
+    # (distrl/learning/losses/penalties.py, FeatureDrift)
     pfo_coef: float = MISSING
+    # the weight of the mean KL(pi || mu) to the behaviour policy, 0: none (penalties.py, KLPenalty)
+    kl_cost: float = MISSING
 
 
 @dataclass

@@ -229,7 +229,8 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
            agent.reward_clip, "null or a number > 0")
     check(isinstance(agent.normalize_returns, bool), "agent.normalize_returns", agent.normalize_returns,
            "true or false")
-    check(agent.pfo_coef >= 0 and math.isfinite(agent.pfo_coef), "agent.pfo_coef", agent.pfo_coef, "a number >= 0")
+    for key in ("pfo_coef", "kl_cost"):
+        check(agent[key] >= 0 and math.isfinite(agent[key]), f"agent.{key}", agent[key], "a number >= 0")
     check(agent.pfo_coef == 0 or agent.num_epochs * agent.num_minibatches > 1, "agent.pfo_coef", agent.pfo_coef,
            "0 with one optimizer step a batch (agent.num_epochs x agent.num_minibatches = 1): the features "
            "cannot drift from the update's start before its only step")

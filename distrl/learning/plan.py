@@ -14,7 +14,7 @@ minibatches (CleanRL's ``for epoch: for minibatch:``):
 
 Computed once before the first step, with the network of the update's start and without gradient,
 each where the config asks for it: the step targets (``agent.minibatch=steps``) and PFO's anchor, the
-encoder's pre-activations (``agent.pfo_coef > 0``; :meth:`~distrl.learning.losses.base.AgentLoss.feature_drift`).
+encoder's pre-activations (``agent.pfo_coef > 0``; :class:`~distrl.learning.losses.penalties.FeatureDrift`).
 Every choice is made at construction (:meth:`UpdatePlan.for_agent`); the keys a minibatch takes are
 named by the rollout's layout (:mod:`distrl.rollout`), never read off the tensors.
 """
@@ -27,7 +27,8 @@ import torch
 from omegaconf import DictConfig
 
 from distrl.learning.losses import AgentLoss, Outputs
-from distrl.learning.losses.base import BATCH_TARGETS, OLD_PREACTIVATIONS
+from distrl.learning.losses.base import BATCH_TARGETS
+from distrl.learning.losses.penalties import OLD_PREACTIVATIONS
 from distrl.rollout import ACTED_KEYS, SLOT_SCALARS, STEPPED_KEYS, STEPS
 
 Batch = dict[str, torch.Tensor]

@@ -205,6 +205,11 @@ class Categorical:
         """The most probable action, ``[...] int64``."""
         return self.logits.argmax(dim=-1)
 
+    def kl(self, other: Categorical) -> torch.Tensor:
+        """``KL(self || other) = sum_a p(a) (log p(a) - log q(a))`` -> ``[...]``, >= 0."""
+        log_p, log_q = F.log_softmax(self.logits, dim=-1), F.log_softmax(other.logits, dim=-1)
+        return (log_p.exp() * (log_p - log_q)).sum(-1)
+
 
 class MultiCategorical:
     """Independent categoricals over the concatenated ``logits [..., sum(nvec)]``; log-probs and
@@ -226,6 +231,10 @@ class MultiCategorical:
 
     def mode(self) -> torch.Tensor:
         return torch.stack([part.mode() for part in self.parts], dim=-1)
+
+    def kl(self, other: MultiCategorical) -> torch.Tensor:
+        """``KL(self || other)``, summed over the independent dimensions -> ``[...]``."""
+        return sum(part.kl(theirs) for part, theirs in zip(self.parts, other.parts, strict=True))
 
 
 class DiagGaussian:
@@ -252,3 +261,10 @@ class DiagGaussian:
     def mode(self) -> torch.Tensor:
         """The mean, ``[..., D]``."""
         return self.mean
+
+    def kl(self, other: DiagGaussian) -> torch.Tensor:
+        """``KL(self || other)`` summed over the dimensions: ``sum_d log(s2/s1) + (s1^2 + (m1 - m2)^2) /
+        (2 s2^2) - 1/2`` -> ``[...]``, >= 0."""
+        variance_ratio = torch.exp(2 * (self.log_std - other.log_std))
+        gap = (self.mean - other.mean) * torch.exp(-other.log_std)
+        return (other.log_std - self.log_std + 0.5 * (variance_ratio + gap * gap) - 0.5).sum(-1)

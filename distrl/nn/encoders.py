@@ -51,7 +51,7 @@ class _ConvEncoder(nn.Module):
     def forward_with_preactivation(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`forward`'s features and the fully connected layer's output before its
         normalisation and ReLU, both ``[N, feature_dim]`` (what PFO regularises:
-        :meth:`distrl.learning.losses.base.AgentLoss.feature_drift`)."""
+        :class:`distrl.learning.losses.penalties.FeatureDrift`)."""
         return _after_last_linear(self.fc, self.convs(_to_float_image(obs)))
 
 

@@ -30,15 +30,13 @@ from typing import NamedTuple, Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from distrl.learning.losses.penalties import FeatureDrift, KLPenalty
 from distrl.learning.losses.returns import GAE, Stream, VTrace, make_estimator
 from distrl.learning.losses.terms import standardize
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import BOOTSTRAP, STEPS
 
 BATCH_TARGETS = ("advantages", "value_targets")  # the keys agent.minibatch=steps adds to a batch
-# with agent.pfo_coef > 0, the key the learner adds to a batch: the encoder's pre-activations at the
-# start of the batch's update, [T+1, B, feature_dim] float32 (AgentLoss.feature_drift)
-OLD_PREACTIVATIONS = "preactivations_old"
 
 
 class Outputs(NamedTuple):
@@ -110,7 +108,7 @@ class AgentLoss:
     Args:
         objective: what is minimised (:class:`Objective`).
         agent: the ``agent`` config node (``discount``, ``reward_clip``, ``estimator``, ``rho_bar``,
-            ``c_bar``, ``trace_lambda``, ``normalize_advantages``, ``minibatch``, ``pfo_coef``).
+            ``c_bar``, ``trace_lambda``, ``normalize_advantages``, ``minibatch``, ``pfo_coef``, ``kl_cost``).
         action_space: the actions' space, whose distribution scores them
             (:class:`distrl.nn.distributions.ActionSpace`; an int ``A`` means ``Discrete(A)``).
         value_heads: 1, or 2 with an intrinsic value head (the network's ``intrinsic_value``).
@@ -127,7 +125,10 @@ class AgentLoss:
             :meth:`unroll_targets` (whole unrolls: the estimator runs on each minibatch with the network
             of that step) or :meth:`step_targets` (single steps, on the targets the estimator gave once
             per batch, :meth:`batch_targets`, as PPO computes GAE once per rollout).
-        pfo_coef: PFO's weight (``agent.pfo_coef``; 0: no :meth:`feature_drift` term).
+        pfo_coef: PFO's weight (``agent.pfo_coef``; 0: no feature-drift term).
+        penalties: the terms added to the objective's total (:mod:`distrl.learning.losses.penalties`):
+            PFO's :class:`~distrl.learning.losses.penalties.FeatureDrift` with ``agent.pfo_coef > 0``,
+            the :class:`~distrl.learning.losses.penalties.KLPenalty` with ``agent.kl_cost > 0``.
     """
 
     def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
@@ -143,8 +144,11 @@ class AgentLoss:
         self.bonus_added = intrinsic and not self.two_heads  # one head: extrinsic + coef x intrinsic
         steps = agent.minibatch == "steps"
         self.minibatch_targets = self.step_targets if steps else self.unroll_targets
-        self.drift_rows = slice(None) if steps else STEPS  # a minibatch of steps has no bootstrap row
+        rows = slice(None) if steps else STEPS  # a minibatch of steps has no bootstrap row
         self.pfo_coef = float(agent.pfo_coef)
+        wanted = ((FeatureDrift(self.pfo_coef, rows), self.pfo_coef > 0),
+                  (KLPenalty(float(agent.kl_cost), rows, self.action_space), agent.kl_cost > 0))
+        self.penalties = [penalty for penalty, on in wanted if on]
 
     def __call__(self, minibatch: dict[str, torch.Tensor], outputs: Outputs, entropy_cost: float,
                  intrinsic_coef: float = 0.0) -> LossTerms:
@@ -152,26 +156,16 @@ class AgentLoss:
         (``[T+1, B]`` of whole unrolls, or ``[1, n]`` steps carrying :data:`BATCH_TARGETS`).
         Returns :class:`LossTerms`, scalar tensors averaged over the minibatch's steps.
 
-        With ``agent.pfo_coef > 0`` the total adds ``agent.pfo_coef`` x :meth:`feature_drift`,
-        reported as ``feature_drift``."""
+        Each of :attr:`penalties` adds its ``coef`` x its value to the total, and reports the value
+        under its name (``feature_drift``, ``kl``)."""
         targets = self.minibatch_targets(minibatch, outputs.params, outputs.values, intrinsic_coef)
         terms = self.objective(minibatch, targets, entropy_cost)
-        if self.pfo_coef == 0:
-            return terms
-        drift = self.feature_drift(minibatch, outputs.preactivations)
-        return terms._replace(total=terms.total + self.pfo_coef * drift,
-                              diagnostics={**(terms.diagnostics or {}), "feature_drift": drift.detach()})
-
-    def feature_drift(self, batch: dict[str, torch.Tensor], preactivations: torch.Tensor) -> torch.Tensor:
-        """PFO's auxiliary loss (Proximal Feature Optimization: Moalla et al. 2024, "No
-        Representation, No Trust: Connecting Representation, Collapse, and Trust Issues in PPO"):
-        ``mean over steps and features of (phi(x_t) - phi_old(x_t))^2``, ``phi`` the encoder's
-        output features before their activation (``preactivations``, with gradient) and ``phi_old``
-        those of the network at the start of the batch's update (``batch[OLD_PREACTIVATIONS]``): a
-        trust region on the features, as PPO's clip is one on the policy. A scalar tensor over the
-        steps (rows ``0..T-1``, or every row of a minibatch of steps), in float32."""
-        rows = self.drift_rows
-        return (preactivations[rows].float() - batch[OLD_PREACTIVATIONS][rows]).pow(2).mean()
+        total, diagnostics = terms.total, terms.diagnostics
+        for penalty in self.penalties:
+            value = penalty(minibatch, outputs.params, outputs.preactivations)
+            total = total + penalty.coef * value
+            diagnostics = {**(diagnostics or {}), penalty.name: value.detach()}
+        return terms._replace(total=total, diagnostics=diagnostics)
 
     def streams(self, batch: dict[str, torch.Tensor], values: torch.Tensor,
                 intrinsic_coef: float = 0.0) -> list[tuple[Stream, float]]:

@@ -1,0 +1,60 @@
+"""Terms an agent's loss may add to its objective's total, each a named part chosen once from the
+config (:class:`distrl.learning.losses.base.AgentLoss`): the total gains ``coef x value`` and the value
+is reported beside the losses (``losses/<name>``).
+
+- :class:`FeatureDrift` (``agent.pfo_coef``): PFO's trust region on the encoder's features;
+- :class:`KLPenalty` (``agent.kl_cost``): Sample Factory's KL penalty on the policy's move away from
+  the behaviour policy.
+
+Each takes the rows of a minibatch its objective is computed on: rows ``0..T-1`` of whole unrolls, or
+every row of a ``[1, n]`` minibatch of steps.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distrl.nn.distributions import ActionSpace
+
+# with agent.pfo_coef > 0, the key the learner adds to a batch: the encoder's pre-activations at the
+# start of the batch's update, [T+1, B, feature_dim] float32 (FeatureDrift)
+OLD_PREACTIVATIONS = "preactivations_old"
+
+
+class FeatureDrift:
+    """PFO's auxiliary loss (Proximal Feature Optimization: Moalla et al. 2024, "No Representation, No
+    Trust: Connecting Representation, Collapse, and Trust Issues in PPO"): ``mean over steps and
+    features of (phi(x_t) - phi_old(x_t))^2``, ``phi`` the encoder's output features before their
+    activation (the network's pre-activations, with gradient) and ``phi_old`` those of the network at
+    the start of the batch's update (``batch[OLD_PREACTIVATIONS]``): a trust region on the features,
+    as PPO's clip is one on the policy. A scalar tensor, in float32."""
+
+    name = "feature_drift"
+
+    def __init__(self, coef: float, rows: slice):
+        self.coef, self.rows = coef, rows
+
+    def __call__(self, minibatch: dict[str, torch.Tensor], params: torch.Tensor,
+                 preactivations: torch.Tensor) -> torch.Tensor:
+        rows = self.rows
+        return (preactivations[rows].float() - minibatch[OLD_PREACTIVATIONS][rows]).pow(2).mean()
+
+
+class KLPenalty:
+    """Sample Factory's KL penalty (``kl_loss_coeff``, sample_factory/algo/learning/learner.py
+    ``_kl_loss``): ``mean over steps of KL(pi(.|x_t) || mu(.|x_t))``, the current policy (``params``,
+    with gradient) against the behaviour policy that acted (``batch["policy_params"]``), each
+    distribution's own KL (:meth:`distrl.nn.distributions.Categorical.kl`, ``MultiCategorical.kl``,
+    ``DiagGaussian.kl``), in nats. It pulls each optimizer step's policy back towards the one that
+    acted, as the clip does only past ``1 +- agent.clip``. A scalar tensor, in float32."""
+
+    name = "kl"
+
+    def __init__(self, coef: float, rows: slice, action_space: ActionSpace):
+        self.coef, self.rows, self.action_space = coef, rows, action_space
+
+    def __call__(self, minibatch: dict[str, torch.Tensor], params: torch.Tensor,
+                 preactivations: torch.Tensor | None) -> torch.Tensor:
+        current = self.action_space.distribution(params[self.rows].float())
+        behaviour = self.action_space.distribution(minibatch["policy_params"][self.rows])
+        return current.kl(behaviour).mean()
