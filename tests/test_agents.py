@@ -7,7 +7,7 @@ from conftest import compose_train
 from test_learner import GAMMA, OBS, A, B, T, hand_targets, learner_for, on_policy_batch
 
 from distrl.learning.losses import ClippedSurrogate, PolicyGradient, VTrace, make_loss
-from distrl.learning.losses.appo import clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
+from distrl.learning.losses.appo import clip_bounds, clipped_surrogate_loss, clipped_value_loss, ratio_diagnostics
 from distrl.learning.plan import UpdatePlan
 from distrl.nn.actor_learner import ActorLearner
 
@@ -18,12 +18,38 @@ def test_the_clipped_surrogate_stops_the_gradient_outside_the_clip_on_the_advant
     clip = 0.2
     log_ratios = torch.log(torch.tensor([[1.5, 1.1, 0.5, 0.9]])).requires_grad_()
     advantages = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
-    loss = clipped_surrogate_loss(log_ratios, advantages, clip)
+    loss = clipped_surrogate_loss(log_ratios, advantages, *clip_bounds(clip))
     loss.backward()
     expected = -torch.tensor([1.2 * 1.0, 1.1 * 1.0, 0.8 * -1.0, 0.9 * -1.0]).mean()
     assert loss.item() == pytest.approx(expected.item())
     # d(-mean r A)/d log r = -r A / n where the unclipped term is the min, 0 where the clipped one is
     torch.testing.assert_close(log_ratios.grad, torch.tensor([[0.0, -1.1 / 4, 0.0, 0.9 / 4]]))
+
+
+def test_sample_factorys_reciprocal_range_and_ratio_clamp():
+    """``agent.clip_range=reciprocal``: the ratio clipped to [1/1.2, 1.2] (Sample Factory's, symmetric in
+    log r); ``agent.ratio_clamp=[0.05, 20]``: the ratio clamped there first, with no gradient beyond."""
+    assert clip_bounds(0.2, "reciprocal") == pytest.approx((1 / 1.2, 1.2))
+    log_ratios = torch.log(torch.tensor([[0.8, 0.85, 30.0, 0.01]])).requires_grad_()
+    advantages = torch.tensor([[-1.0, -1.0, -1.0, 1.0]])
+    loss = clipped_surrogate_loss(log_ratios, advantages, *clip_bounds(0.2, "reciprocal"), ratio_clamp=(0.05, 20.0))
+    loss.backward()
+    # A < 0: min(r A, clip(r) A) = -max(r, clip(r)): 1/1.2 (0.8 clipped up), 0.85, 20 (clamped), and A > 0: 0.05
+    expected = -torch.tensor([-1 / 1.2, -0.85, -20.0, 0.05]).mean()
+    assert loss.item() == pytest.approx(expected.item())
+    torch.testing.assert_close(log_ratios.grad, torch.tensor([[0.0, 0.85 / 4, 0.0, 0.0]]))
+    got = ratio_diagnostics(log_ratios, *clip_bounds(0.2, "reciprocal"))
+    assert got["clip_fraction"].item() == pytest.approx(0.75)  # 0.8, 30 and 0.01 lie outside [0.833, 1.2]
+    cfg = compose_train(["experiment=cartpole", "agent=appo", "agent.clip=0.2", "agent.clip_range=reciprocal",
+                         "agent.ratio_clamp=[0.05,20]"])
+    objective = make_loss(cfg.agent, 2).objective
+    assert (objective.low, objective.high, objective.ratio_clamp) == (pytest.approx(1 / 1.2), 1.2, (0.05, 20.0))
+    from distrl.config.schema import ConfigError
+    from distrl.config.validation import validate_config
+    for bad, key in (("agent.clip_range=log", "agent.clip_range"), ("agent.ratio_clamp=[1.5,20]", "agent.ratio_clamp"),
+                     ("agent.ratio_clamp=[0.05]", "agent.ratio_clamp")):
+        with pytest.raises(ConfigError, match=key):
+            validate_config(compose_train(["experiment=cartpole", "agent=appo", bad]))
 
 
 def test_value_clipping_keeps_the_larger_error_of_the_clipped_and_the_free_value():
@@ -38,7 +64,7 @@ def test_value_clipping_keeps_the_larger_error_of_the_clipped_and_the_free_value
 
 def test_the_ratio_diagnostics_are_the_share_outside_the_clip_and_the_k3_kl_estimate():
     ratios = torch.tensor([[1.5, 1.1, 0.5, 0.95]])
-    got = ratio_diagnostics(ratios.log(), clip=0.2)
+    got = ratio_diagnostics(ratios.log(), *clip_bounds(0.2))
     assert got["clip_fraction"].item() == pytest.approx(0.5)  # 1.5 and 0.5 lie outside [0.8, 1.2]
     assert got["approx_kl"].item() == pytest.approx(((ratios - 1) - ratios.log()).mean().item())
     assert got["approx_kl"].item() > 0 and not got["approx_kl"].requires_grad

@@ -23,6 +23,7 @@ class ConfigError(ValueError):
 
 ESTIMATORS = ("vtrace", "gae")  # agent.estimator (distrl/learning/losses/returns.py)
 MINIBATCHES = ("unrolls", "steps")  # agent.minibatch (distrl/learning/losses/base.py)
+CLIP_RANGES = ("symmetric", "reciprocal")  # agent.clip_range (distrl/learning/losses/appo.py)
 
 
 @dataclass
@@ -101,6 +102,8 @@ class AppoConfig(AgentConfig):
     conf/agent/appo.yaml."""
 
     clip: float = MISSING  # the policy ratio's clip, > 0
+    clip_range: str = MISSING  # symmetric: [1 - clip, 1 + clip] | reciprocal: [1 / (1 + clip), 1 + clip]
+    ratio_clamp: Any = MISSING  # null, or [low, high]: the ratio clamped there before the surrogate
     value_clip: float | None = MISSING  # the value's clip around the behaviour value; null: none
 
 

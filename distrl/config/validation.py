@@ -27,7 +27,7 @@ from distrl.config.checks import (
 )
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
-from distrl.config.schema import AGENT_SCHEMAS, ESTIMATORS, MINIBATCHES, TrainConfig, check_keys
+from distrl.config.schema import AGENT_SCHEMAS, CLIP_RANGES, ESTIMATORS, MINIBATCHES, TrainConfig, check_keys
 from distrl.envs import EnvSpec
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -218,6 +218,12 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
                f"must divide num_steps x batch_size = {num_steps * batch_size} (agent.minibatch=steps)")
     if agent.name == "appo":
         check(agent.clip > 0, "agent.clip", agent.clip, "must be > 0")
+        check(agent.clip_range in CLIP_RANGES, "agent.clip_range", agent.clip_range, " or ".join(CLIP_RANGES))
+        clamp = agent.ratio_clamp
+        check(clamp is None or (OmegaConf.is_list(clamp) and len(clamp) == 2
+                                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in clamp)
+                                and 0 < clamp[0] < 1 < clamp[1] and math.isfinite(clamp[1])),
+              "agent.ratio_clamp", clamp, "null or [low, high] with 0 < low < 1 < high (Sample Factory's: [0.05, 20])")
         check(agent.value_clip is None or agent.value_clip > 0, "agent.value_clip", agent.value_clip,
                "null or a number > 0")
     check(agent.lr_warmup_steps >= 0, "agent.lr_warmup_steps", agent.lr_warmup_steps, "must be >= 0")

@@ -37,7 +37,8 @@ def make_objective(agent: DictConfig) -> Objective:
     if agent.name == "impala":
         return PolicyGradient(agent.baseline_cost)
     if agent.name == "appo":
-        return ClippedSurrogate(agent.clip, agent.value_clip, agent.baseline_cost)
+        clamp = None if agent.ratio_clamp is None else (float(agent.ratio_clamp[0]), float(agent.ratio_clamp[1]))
+        return ClippedSurrogate(agent.clip, agent.value_clip, agent.baseline_cost, agent.clip_range, clamp)
     raise ValueError(f"agent.name={agent.name!r}: use one of {', '.join(AGENTS)}")
 
 
