@@ -21,7 +21,6 @@ commands:
 
 def command_help(command: str, overrides: list[str]) -> int:
     """Print the config groups a user may choose from and the composed config (with ``overrides``)."""
-
     from omegaconf import OmegaConf
 
     from distrl.config.compose import GROUPS, compose_or_refuse, group_options
