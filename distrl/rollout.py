@@ -46,6 +46,8 @@ STEPPED_KEYS = ("reward", "terminated", "truncated", "truncation_value", "discou
 SLOT_KEYS = ("policy_version", "env_id", "core_h", "core_c")
 SLOT_SCALARS = ("policy_version", "env_id")  # the slot keys of one number each: [B] in a batch, core_* [1, B, H]
 
+# a [T+1, B] batch of slots (or a minibatch of it) as the learner reads it: key -> tensor
+Batch = dict[str, torch.Tensor]
 STEPS = slice(0, -1)  # rows 0..T-1 of a [T+1, ...] batch: the steps the loss is computed on
 BOOTSTRAP = -1        # row T: the observation whose value bootstraps the unroll
 

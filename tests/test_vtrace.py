@@ -13,15 +13,15 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from distrl.learning.losses import vtrace
 from distrl.learning.losses.terms import baseline_loss, standardize
+from distrl.nn.distributions import Categorical
 
 
 def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """``log pi(a_t | x_t)``: logits ``[T, B, A]``, actions ``[T, B]`` int64 -> ``[T, B]``."""
-    return -F.cross_entropy(logits.flatten(0, 1), actions.flatten(), reduction="none").view_as(actions)
+    return Categorical(logits).log_prob(actions)
 
 
 def reference(log_rhos, rewards, values, bootstrap, terminated, truncated, final_values, gamma, rho_bar, c_bar,

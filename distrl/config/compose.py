@@ -46,12 +46,13 @@ def compose_or_refuse(overrides: list[str] | tuple[str, ...] = (), config_name: 
             train (did you mean agent?) ...``); an unknown group option (with the group's options); a
             value of the wrong type; ``+key`` for a key that exists.
     """
-    from hydra.errors import ConfigCompositionException, MissingConfigException
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 
     command = "train" if config_name == "train" else "eval"
-    parse_overrides(overrides)
     try:
         return compose(overrides, config_name)
+    except OverrideParseException as exc:
+        raise _unparsable(overrides, exc) from None
     except MissingConfigException as exc:
         found = re.search(r"Could not find '([^/']+)/([^']*)'", str(exc))
         if not found:
@@ -76,7 +77,11 @@ def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list:
     try:
         return OverridesParser.create().parse_overrides(list(overrides))
     except OverrideParseException as exc:
-        raise ConfigError(f"cannot parse the overrides {' '.join(overrides)}: {first_line(exc)}") from None
+        raise _unparsable(overrides, exc) from None
+
+
+def _unparsable(overrides: list[str] | tuple[str, ...], exc: Exception) -> ConfigError:
+    return ConfigError(f"cannot parse the overrides {' '.join(overrides)}: {first_line(exc)}")
 
 
 def group_options(group: str) -> list[str]:

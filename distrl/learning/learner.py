@@ -33,8 +33,8 @@ from distrl.learning.split import SplitStep
 from distrl.learning.step import LossOf, NetworkForward, OptimizerStep, make_step, run_steps
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import normalize_batch
+from distrl.rollout import Batch
 
-Batch = dict[str, torch.Tensor]
 # a user's update around distrl's (the seeds' adapter): (batch, distrl's update of a batch) -> its metrics
 AroundUpdate = Callable[[Batch, Callable[[Batch], dict]], dict]
 

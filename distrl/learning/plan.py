@@ -29,9 +29,8 @@ from omegaconf import DictConfig
 from distrl.learning.losses import AgentLoss, Outputs
 from distrl.learning.losses.base import BATCH_TARGETS
 from distrl.learning.losses.penalties import OLD_PREACTIVATIONS
-from distrl.rollout import ACTED_KEYS, SLOT_SCALARS, STEPPED_KEYS, STEPS
+from distrl.rollout import ACTED_KEYS, SLOT_SCALARS, STEPPED_KEYS, STEPS, Batch
 
-Batch = dict[str, torch.Tensor]
 # a [T+1, B] batch's keys with a row per step t = 0..T (T + 1 rows), and those with a row per step
 # t = 0..T-1 (T rows) that the learner adds; the others (SLOT_KEYS) hold one value per unroll
 ROWS_T_PLUS_1 = (*ACTED_KEYS, *STEPPED_KEYS, OLD_PREACTIVATIONS)

@@ -22,8 +22,8 @@ from distrl.learning.distributed import Ranks
 from distrl.learning.losses import AgentLoss, LossTerms, Outputs
 from distrl.learning.split import SplitStep
 from distrl.nn.precision import autocast
+from distrl.rollout import Batch
 
-Batch = dict[str, torch.Tensor]
 LossOf = Callable[[Batch, float, float], LossTerms]  # (minibatch, entropy_cost, intrinsic_coef) -> terms
 LOSS_NAMES = ("total", "policy", "value", "entropy", "grad_norm")
 LAST_STEP_SCALARS = ("feature_drift",)  # reported from an update's last optimizer step, the rest from its first
@@ -42,7 +42,10 @@ class NetworkForward:
         self.last_keys = ("last_action", "last_reward") if net.last_action_reward else ()
 
     def tensors(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        """``(params, values)``, and the pre-activations with PFO: :class:`Outputs`' tensors."""
+        """:class:`Outputs`' tensors on a ``[rows, B]`` (mini)batch: ``params [rows, B, P]`` float32 (the
+        action distribution's parameters), ``values [rows, B]`` float32 (``[rows, B, 2]`` with an
+        intrinsic value head) and, with PFO, the encoder's pre-activations ``[rows, B, F]`` in the
+        autocast's dtype."""
         last = [batch[key] for key in self.last_keys] or [None, None]
         with autocast(self.precision, self.device):
             params, values, _, *preactivations = self.net(
@@ -67,6 +70,7 @@ class OptimizerStep:
         gradients: ``(minibatch, entropy_cost, intrinsic_coef)`` -> the :class:`LossTerms`, their
             gradient left in the parameters' ``.grad``.
         loss_of: see Attributes.
+        parameters: the network's parameters (their gradients averaged, clipped, stepped).
         split: the :class:`SplitStep` that ``gradients`` runs the network's work on, or None.
         begin: called before each step (torch's CUDA graph trees' step mark with ``reduce-overhead``).
 
@@ -77,11 +81,11 @@ class OptimizerStep:
 
     def __init__(self, forward: NetworkForward, loss: AgentLoss, optimizer: torch.optim.Optimizer,
                  max_grad_norm: float, ranks: Ranks, gradients: LossOf, loss_of: LossOf,
-                 split: SplitStep | None = None, begin: Callable[[], None] = lambda: None):
+                 parameters: list[torch.Tensor], split: SplitStep | None = None,
+                 begin: Callable[[], None] = lambda: None):
         self.forward, self.loss, self.optimizer, self.ranks = forward, loss, optimizer, ranks
         self.max_grad_norm, self.gradients, self.loss_of, self.begin = max_grad_norm, gradients, loss_of, begin
-        self.split = split
-        self.parameters = list(forward.net.parameters())
+        self.parameters, self.split = parameters, split
 
     def set_learning_rate(self, learning_rate: float) -> None:
         for group in self.optimizer.param_groups:
@@ -158,10 +162,12 @@ def make_step(forward: NetworkForward, loss: AgentLoss, optimizer: torch.optim.O
             return terms
         return gradients
 
+    parameters = list(forward.net.parameters())
+
     def in_parts(minibatch: Batch, entropy_cost: float, intrinsic_coef: float) -> LossTerms:
         return split.loss_and_gradients(
             forward.tensors, lambda *outputs: loss(minibatch, Outputs(*outputs), entropy_cost, intrinsic_coef),
-            minibatch, list(forward.net.parameters()))
+            minibatch, parameters)
 
     used = split if split is not None and compile_mode is None and loss_override is None else None
     if loss_override is not None:
@@ -172,4 +178,4 @@ def make_step(forward: NetworkForward, loss: AgentLoss, optimizer: torch.optim.O
         gradients = whole(loss_of)
     cuda_graphs = compile_mode == "reduce-overhead"
     begin = torch.compiler.cudagraph_mark_step_begin if cuda_graphs else (lambda: None)
-    return OptimizerStep(forward, loss, optimizer, max_grad_norm, ranks, gradients, loss_of, used, begin)
+    return OptimizerStep(forward, loss, optimizer, max_grad_norm, ranks, gradients, loss_of, parameters, used, begin)
