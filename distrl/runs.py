@@ -240,7 +240,7 @@ def load_policy(path: str | Path, device: str = "cpu"):
     weights = state["model"]
     model = ActorCritic(tuple(state["obs_shape"]), ActionSpace.from_dict(saved_action_space(state)), train_cfg.model,
                         intrinsic_value="intrinsic_baseline.weight" in weights,
-                        return_norm="return_norm.mean" in weights)
+                        return_norm="return_norm.mean" in weights, value_norm="value_norm.mean" in weights)
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:

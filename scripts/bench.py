@@ -157,7 +157,8 @@ def bench_sampling(cfg, spec, args) -> float:
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
-                          return_norm=bool(cfg.agent.normalize_returns))
+                          return_norm=bool(cfg.agent.normalize_returns),
+                          value_norm=bool(cfg.agent.normalize_values))
     policy.share_actor(actor_precision=placement.actor_precision)
     slots = Slots(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
     channels = Channels.create(slots, ctx, placement.num_actors)
@@ -228,7 +229,8 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     placement = plan(cfg)
     device = placement.device
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
-                          return_norm=bool(cfg.agent.normalize_returns)).to(device)
+                          return_norm=bool(cfg.agent.normalize_returns),
+                          value_norm=bool(cfg.agent.normalize_values)).to(device)
     policy.share_actor(actor_precision=placement.actor_precision)
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)

@@ -67,6 +67,15 @@ def metrics(run_dir: Path) -> list[dict]:
     return runs.metrics(run_dir)
 
 
+def tensorboard_scalars(run_dir: Path, tag: str) -> list[float]:
+    """The values of one scalar of a run's TensorBoard files (``run_dir/tb``), read with TensorBoard's reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"))
+    events.Reload()
+    return [event.value for event in events.Scalars(tag)]
+
+
 def compose_train(overrides: list[str]):
     """The train config as ``distrl train`` would compose it, without running anything."""
     register_configs()

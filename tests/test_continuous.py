@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import compose_train, metrics, run_distrl
+from conftest import compose_train, metrics, run_distrl, tensorboard_scalars
 
 from distrl.config.schema import ConfigError
+from distrl.learning.losses.returns import GAE, NormalizedValues, Stream, VTrace
 from distrl.nn.actor_critic import ActorCritic
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
-from distrl.nn.normalization import RunningMeanStd, normalize_batch
+from distrl.nn.normalization import RunningMeanStd, normalize_batch, normalize_value_targets, value_statistics
 from distrl.runtime.preflight import validate
 from distrl.sampling.policy import AgentState, step_policy
 from distrl.utils.checkpoint import load_checkpoint
@@ -122,3 +123,91 @@ def test_the_cue_envs_are_learned(tmp_path, env_id, goal):
     assert done.returncode == 0, done.stderr[-2000:]
     evals = [r["eval/mean_return"] for r in metrics(run) if "eval/mean_return" in r]
     assert evals[-1] / 8 >= goal, evals
+
+
+def _stream(g: torch.Generator, values: torch.Tensor) -> Stream:
+    T, B = values.shape[0] - 1, values.shape[1]
+    ended = torch.rand(T, B, generator=g) < 0.1
+    truncated = ended & (torch.rand(T, B, generator=g) < 0.5)
+    return Stream(torch.randn(T, B, generator=g) * 3, ended & ~truncated, truncated, values[:-1], values[-1],
+                  torch.where(truncated, values[:-1] + 1.0, torch.zeros(T, B)))
+
+
+@pytest.mark.parametrize("estimator", [GAE(0.99, 0.95), VTrace(0.99, trace_lambda=0.95)])
+def test_an_estimator_on_normalised_values_gives_the_raw_targets(estimator):
+    """agent.normalize_values: the critic's outputs are normalised values; the estimator sees them
+    denormalised (advantages and targets in the rewards' units, time-outs bootstrapped in raw units)."""
+    g = torch.Generator().manual_seed(0)
+    stats = value_statistics()
+    stats.update_from(torch.randn(4096, generator=g) * 40 + 120)
+    raw_values = torch.randn(9, 4, generator=g) * 40 + 120  # within the clip of +-5 std
+    normalised = stats.normalize(raw_values)
+    torch.testing.assert_close(stats.denormalize(normalised), raw_values, rtol=1e-5, atol=1e-4)  # a round trip
+    log_rhos = torch.randn(8, 4, generator=g) * 0.1
+    raw = _stream(g, raw_values)
+    on_normalised = raw._replace(values=normalised[:-1], bootstrap_value=normalised[-1],
+                                 truncation_values=stats.normalize(raw.truncation_values))
+    expected, got = estimator(log_rhos, raw), NormalizedValues(estimator, stats)(log_rhos, on_normalised)
+    torch.testing.assert_close(got.advantages, expected.advantages, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(got.targets, expected.targets, rtol=1e-4, atol=1e-3)
+
+
+def test_value_targets_update_the_statistics_then_are_normalised_with_them():
+    cfg = compose_train(["experiment=mujoco"])
+    net = ActorCritic((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model, value_norm=True)
+    g = torch.Generator().manual_seed(1)
+    targets = torch.randn(16, 8, 1, generator=g) * 50 + 300
+    seen = normalize_value_targets(net, {"value_targets": targets})
+    everything = torch.cat([torch.zeros(1), targets.reshape(-1)]).double()  # the prior: one sample of 0 ...
+    assert net.value_norm.count.item() == 1 + 16 * 8
+    torch.testing.assert_close(net.value_norm.mean, everything.mean())
+    # ... of variance 1, merged with the batch's (Chan et al.)
+    batch_var, n = targets.double().var(correction=0), 16 * 8
+    mean = targets.double().mean()
+    expected_var = (1 + batch_var * n + mean**2 * n / (1 + n)) / (1 + n)
+    torch.testing.assert_close(net.value_norm.var, expected_var)
+    expected = ((targets - net.value_norm.mean.float()) / torch.sqrt(net.value_norm.var.float() + 1e-5)).clamp(-5, 5)
+    torch.testing.assert_close(seen["value_targets"], expected)
+    plain = ActorCritic((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model)
+    batch = {"value_targets": targets}
+    assert normalize_value_targets(plain, batch) is batch and plain.value_norm is None
+
+
+def test_the_observation_clip_is_the_models():
+    cfg = compose_train(["experiment=mujoco", "model.obs_clip=5"])
+    net = ActorCritic((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model)
+    net.obs_norm.update_from(torch.randn(1000, 3))
+    params, _, _ = net(torch.full((1, 1, 3), 100.0), torch.zeros(1, 1, dtype=torch.bool))
+    assert net.obs_norm.clip == 5.0 and net.obs_norm.normalize(torch.full((1, 3), 100.0)).max().item() == 5.0
+
+
+@pytest.mark.parametrize(("overrides", "line"), [
+    (["agent.normalize_values=true", "agent.minibatch=unrolls", "agent.num_minibatches=4"],
+     "agent.normalize_values=True is not allowed: true only with agent.minibatch=steps"),
+    (["agent.normalize_values=true", "intrinsic=rnd"],
+     "agent.normalize_values=True is not allowed: false with intrinsic=rnd"),
+    (["train.sync=true"], "train.sync=True is not allowed: true only with num_actors x envs_per_actor = batch_size"),
+    (["train.sync=true", "envs_per_actor=32", "num_learners=2"], "train.sync=True is not allowed: true only with "
+                                                                    "num_learners=1"),
+    (["model.obs_clip=0"], "model.obs_clip=0.0 is not allowed: a number > 0"),
+])
+def test_sample_factorys_parts_refuse_what_they_cannot_do_in_one_line(overrides, line):
+    with pytest.raises(ConfigError) as info:
+        validate(compose_train(["experiment=mujoco", "num_actors=1", *overrides]))
+    assert str(info.value).startswith(line) and "\n" not in str(info.value)
+
+
+@pytest.mark.long
+def test_synchronous_collection_learns_from_the_newest_weights_only(tmp_path):
+    """train.sync=true: every rollout acted with the weights of the update before it, so the learner
+    reports a policy lag of 0 (read back from TensorBoard); the value statistics count every step."""
+    run = tmp_path / "sync"
+    done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=2", "envs_per_actor=4",
+                       "num_steps=16", "batch_size=8", "train.sync=true", "agent.normalize_values=true",
+                       "agent.num_minibatches=4", "agent.num_epochs=2", "train.num_train_steps=1536",
+                       "train.log_interval=128", "train.num_eval_episodes=0", f"hydra.run.dir={run}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lags = tensorboard_scalars(run, "charts/policy_lag")
+    assert len(lags) >= 3 and all(lag == 0 for lag in lags)
+    state = load_checkpoint(run / "checkpoints" / "latest.pt")
+    assert state["updates"] == 12 and state["model"]["value_norm.count"].item() == 1 + 12 * 16 * 8

@@ -64,11 +64,13 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
 
 
 @pytest.mark.long
-def test_two_ranks_keep_one_set_of_observation_and_return_statistics(tmp_path):
-    """experiment=mujoco on two ranks: each rank's batch moments are summed across ranks before the
-    statistics are updated; the weights and the statistics are compared after every update."""
+def test_two_ranks_keep_one_set_of_observation_return_and_value_statistics(tmp_path):
+    """experiment=mujoco on two ranks, collecting synchronously: each rank's batch moments are summed
+    across ranks before the statistics are updated; the weights and the statistics are compared after
+    every update."""
     run_dir = tmp_path / "run"  # two cores, as CI has (on one, the test above checks the refusal)
-    done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=4",
+    done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=8",
+                       "train.sync=true", "agent.normalize_values=true",
                        "num_steps=16", "batch_size=8", "agent.num_minibatches=4", "agent.num_epochs=2",
                        "train.num_train_steps=4096", "train.num_eval_episodes=0", "distributed.nproc_per_node=2",
                        "distributed.check_interval=1", f"hydra.run.dir={run_dir}"], timeout=180)
@@ -77,6 +79,7 @@ def test_two_ranks_keep_one_set_of_observation_and_return_statistics(tmp_path):
     # both ranks' T steps of every update reached the statistics: 2 x 16 x 8 per update
     assert state["model"]["obs_norm.count"].item() == pytest.approx(state["updates"] * 2 * 16 * 8, abs=1)
     assert state["model"]["return_norm.count"].item() == pytest.approx(state["updates"] * 2 * 16 * 8, abs=1)
+    assert state["model"]["value_norm.count"].item() == state["updates"] * 2 * 16 * 8 + 1  # its prior: one sample
 
 
 @pytest.mark.long

@@ -89,6 +89,9 @@ class AgentConfig:
     # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
     normalize_returns: bool = MISSING
+    # the critic learns value targets normalised by their running mean and std, clipped to [-5, 5]
+    # (Sample Factory's normalize_returns; distrl/nn/normalization.py, normalize_value_targets)
+    normalize_values: bool = MISSING
     # PFO (Moalla et al. 2024): the weight of the encoder's feature drift within an update, 0: none
     # (distrl/learning/losses/penalties.py, FeatureDrift)
     pfo_coef: float = MISSING
@@ -122,6 +125,7 @@ class ModelConfig:
     last_action_reward: bool = MISSING  # the previous action and reward as inputs beside the features
     layer_norm: bool = MISSING  # a LayerNorm before each activation of the encoder (not impala_resnet)
     normalize_obs: bool = MISSING  # vector observations normalised by running statistics (mlp only)
+    obs_clip: float = MISSING  # the normalised observations clipped to [-obs_clip, obs_clip]
     separate_critic: bool = MISSING  # the baseline reads an encoder of its own (not with use_lstm)
     log_std_init: float = MISSING  # Box actions: the Gaussian's state-independent log-std at the start
 
@@ -159,6 +163,7 @@ class TrainBlock:
     th_compile: bool = MISSING
     compile_mode: str = MISSING  # torch.compile's mode: default | reduce-overhead | max-autotune
     prefetch: bool = MISSING  # the next batch copied beside the update
+    sync: bool = MISSING  # synchronous collection: every rollout acted with the latest update's weights
     stall_timeout: float = MISSING  # seconds
     max_actor_restarts: int = MISSING
     actor_restart_window: float = MISSING  # seconds

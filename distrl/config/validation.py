@@ -134,6 +134,9 @@ def validate_config(cfg: DictConfig) -> Placement:
     _validate_sizes(cfg, placement)
     _validate_distributed(cfg, placement)
     _validate_agent(cfg.agent, cfg.batch_size, cfg.num_steps, cfg.model.use_lstm)
+    intrinsic_head = cfg.intrinsic.name != "none" and not cfg.intrinsic.get("episodic", True)
+    check(not (cfg.agent.normalize_values and intrinsic_head), "agent.normalize_values", cfg.agent.normalize_values,
+          f"false with intrinsic={cfg.intrinsic.name} (its value head learns a return of its own, not normalised)")
     _validate_model(cfg)
     return placement
 
@@ -186,6 +189,13 @@ def _validate_run(cfg: DictConfig) -> None:
 
 def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     _check_sizes(cfg, placement)
+    if cfg.train.sync:  # each update takes the rollouts of every env, all acted with the weights before it
+        check(placement.stepping == cfg.batch_size, "train.sync", cfg.train.sync,
+              f"true only with num_actors x envs_per_actor = batch_size (here {placement.num_actors} x "
+              f"{cfg.envs_per_actor} = {placement.stepping}, batch_size={cfg.batch_size})")
+        check(cfg.num_learners == 1, "train.sync", cfg.train.sync, "true only with num_learners=1")
+        check(not placement.async_step, "train.sync", cfg.train.sync,
+              "true only with env.async_step=false (every env hands in its rollout at once)")
     # Every stepping env always holds a slot; each learner must be able to collect B more. With
     # fewer, async stepping (half the envs hand in slots at a time) or several learners (each
     # holding a partial batch) wait on each other forever.
@@ -233,8 +243,11 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
     check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
     check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
            agent.reward_clip, "null or a number > 0")
-    check(isinstance(agent.normalize_returns, bool), "agent.normalize_returns", agent.normalize_returns,
-           "true or false")
+    for key in ("normalize_returns", "normalize_values"):
+        check(isinstance(agent[key], bool), f"agent.{key}", agent[key], "true or false")
+    check(not agent.normalize_values or agent.minibatch == "steps", "agent.normalize_values", agent.normalize_values,
+          "true only with agent.minibatch=steps (the value targets are normalised once per batch, before the "
+          "first optimizer step)")
     for key in ("pfo_coef", "kl_cost"):
         check(agent[key] >= 0 and math.isfinite(agent[key]), f"agent.{key}", agent[key], "a number >= 0")
     check(agent.pfo_coef == 0 or agent.num_epochs * agent.num_minibatches > 1, "agent.pfo_coef", agent.pfo_coef,
@@ -254,3 +267,4 @@ def _validate_model(cfg: DictConfig) -> None:
     check(not (model.separate_critic and model.use_lstm), "model.separate_critic", model.separate_critic,
            "false with model.use_lstm=true (the critic's own encoder has no core)")
     check(-5.0 <= model.log_std_init <= 2.0, "model.log_std_init", model.log_std_init, "a number in [-5, 2]")
+    check(model.obs_clip > 0 and math.isfinite(model.obs_clip), "model.obs_clip", model.obs_clip, "a number > 0")

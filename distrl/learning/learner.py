@@ -5,7 +5,8 @@ A learner thread loops over :meth:`distrl.learning.batches.BatchSource.next` (B 
 into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
 the update) and :meth:`Learner.update`, which reads top to bottom: the network's running statistics
 updated from the batch (the rewards scaled with ``agent.normalize_returns``); with an intrinsic
-reward (:mod:`distrl.intrinsic`) its rewards; what the plan computes once (:mod:`distrl.learning.plan`);
+reward (:mod:`distrl.intrinsic`) its rewards; what the plan computes once (:mod:`distrl.learning.plan`),
+the value targets then normalised with ``agent.normalize_values``;
 the plan's optimizer steps (:mod:`distrl.learning.step`, each on the agent's loss,
 :mod:`distrl.learning.losses`); the new weights published into the actors' copy; the intrinsic
 module trained. The learning rate, the entropy cost and the intrinsic reward's weight of each
@@ -32,7 +33,7 @@ from distrl.learning.schedule import Position, Schedule
 from distrl.learning.split import SplitStep
 from distrl.learning.step import LossOf, NetworkForward, OptimizerStep, make_step, run_steps
 from distrl.nn.actor_learner import ActorLearner
-from distrl.nn.normalization import normalize_batch
+from distrl.nn.normalization import normalize_batch, normalize_value_targets
 from distrl.rollout import Batch
 
 # a user's update around distrl's (the seeds' adapter): (batch, distrl's update of a batch) -> its metrics
@@ -147,6 +148,8 @@ class Learner:
             batch = normalize_batch(self.net.learner, batch, self.ranks.sum_ if self.ranks.enabled else None, stop)
             batch, intrinsic = self._intrinsic_rewards(batch, position)
             batch = self.plan.prepare(batch, self.optimizer_step.forward, position.intrinsic_coef)
+            batch = normalize_value_targets(self.net.learner, batch, self.ranks.sum_ if self.ranks.enabled else None,
+                                            stop)
             reported, optimizer_steps, finite = run_steps(self.optimizer_step, self.plan.minibatches(batch),
                                                 position.entropy_cost, position.intrinsic_coef, stop)
             publish_start = time.perf_counter()
@@ -199,7 +202,7 @@ def make_learner(net: ActorLearner, optimizer: torch.optim.Optimizer, schedule: 
         user: a user's loss and update (:class:`UserParts`).
     """
     loss = make_loss(agent, net.learner.action_space, value_heads=1 if net.learner.intrinsic_baseline is None else 2,
-                     intrinsic=intrinsic is not None, pretraining=pretraining)
+                     intrinsic=intrinsic is not None, pretraining=pretraining, value_norm=net.learner.value_norm)
     forward = NetworkForward(net.learner, precision, device, preactivations=loss.pfo_coef > 0)
     optimizer_step = make_step(forward, loss, optimizer, agent.max_grad_norm, ranks or Ranks(),
                                compile_mode if compile else None, split, user.loss)

@@ -21,7 +21,7 @@ from torch import nn
 
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.encoders import init_weights, make_encoder
-from distrl.nn.normalization import RunningMeanStd
+from distrl.nn.normalization import RunningMeanStd, value_statistics
 
 CoreState = tuple[torch.Tensor, ...]
 
@@ -32,25 +32,31 @@ class ActorCritic(nn.Module):
     Args:
         obs_shape: one observation's shape.
         action_space: the :class:`ActionSpace` (an int ``A`` means ``Discrete(A)``).
-        cfg: the ``model`` config node (``normalize_obs``, ``separate_critic`` and ``log_std_init``
-            are optional: absent means false, false and 0).
+        cfg: the ``model`` config node (``normalize_obs``, ``obs_clip``, ``separate_critic`` and
+            ``log_std_init`` are optional: absent means false, 10, false and 0).
         intrinsic_value: add a second baseline head, ``intrinsic_baseline``, for the value of the
             intrinsic return (:func:`distrl.intrinsic.needs_value_head`).
         return_norm: keep the running statistics of the discounted return (``return_norm``,
             ``agent.normalize_returns``): buffers of the network, so that they are saved and published
             with it; the learner updates and uses them.
+        value_norm: keep the running statistics of the value targets (``value_norm``,
+            ``agent.normalize_values``, :func:`distrl.nn.normalization.value_statistics`): the baseline
+            head's outputs are then normalised values (the learner denormalises them for the return
+            estimator and normalises the targets, :mod:`distrl.nn.normalization`).
 
     Raises:
         ValueError: ``model.separate_critic`` with an LSTM core.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], action_space: ActionSpace | int, cfg: DictConfig,
-                 intrinsic_value: bool = False, return_norm: bool = False):
+                 intrinsic_value: bool = False, return_norm: bool = False, value_norm: bool = False):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
         self.action_space = space = ActionSpace.of(action_space)
-        self.obs_norm = RunningMeanStd(self.obs_shape) if cfg.get("normalize_obs", False) else None
+        self.obs_norm = (RunningMeanStd(self.obs_shape, clip=float(cfg.get("obs_clip", 10.0)))
+                         if cfg.get("normalize_obs", False) else None)
         self.return_norm = RunningMeanStd(()) if return_norm else None
+        self.value_norm = value_statistics() if value_norm else None
         self.encoder = make_encoder(self.obs_shape, cfg)
         # checkpoints written before model.last_action_reward existed have neither input
         self.last_action_reward = bool(cfg.get("last_action_reward", False))

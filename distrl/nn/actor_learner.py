@@ -28,16 +28,17 @@ class ActorLearner(nn.Module):
             last_action_reward, layer_norm, normalize_obs, separate_critic, log_std_init).
         intrinsic_value: a second value head for an intrinsic return (:class:`ActorCritic`).
         return_norm: the running statistics of the discounted return (``agent.normalize_returns``).
+        value_norm: the running statistics of the value targets (``agent.normalize_values``).
 
     The actor copy is put in shared memory by :meth:`share_actor` so actor processes read the
     weights the learner publishes with :meth:`publish`.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], action_space: ActionSpace | int, model: DictConfig,
-                 intrinsic_value: bool = False, return_norm: bool = False):
+                 intrinsic_value: bool = False, return_norm: bool = False, value_norm: bool = False):
         super().__init__()
-        self.learner = ActorCritic(tuple(obs_shape), action_space, model, intrinsic_value, return_norm)
-        self.actor = ActorCritic(tuple(obs_shape), action_space, model, intrinsic_value, return_norm)
+        self.learner = ActorCritic(tuple(obs_shape), action_space, model, intrinsic_value, return_norm, value_norm)
+        self.actor = ActorCritic(tuple(obs_shape), action_space, model, intrinsic_value, return_norm, value_norm)
         self.actor.load_state_dict(self.learner.state_dict())
         self.actor_precision = "fp32"
 

@@ -1,5 +1,6 @@
-"""Running statistics the continuous-control protocols rely on: observation normalisation and
-reward scaling by the running standard deviation of the discounted return.
+"""Running statistics the continuous-control protocols rely on: observation normalisation, reward
+scaling by the running standard deviation of the discounted return, and value targets normalised by
+their running mean and standard deviation.
 
 :class:`RunningMeanStd` keeps a running mean and variance in buffers of the network, so that one
 set of statistics per run is published to the actors with the weights
@@ -80,6 +81,12 @@ class RunningMeanStd(nn.Module):
         std = torch.sqrt(self.var + self.epsilon).to(x.dtype)
         return ((x - mean) / std).clamp(-self.clip, self.clip)
 
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``clip(x) * sqrt(var + eps) + mean``: the inverse of :meth:`normalize` on ``[-clip, clip]``,
+        in ``x``'s float dtype (Sample Factory's ``RunningMeanStdInPlace(denormalize=True)`` clips first too)."""
+        std = torch.sqrt(self.var + self.epsilon).to(x.dtype)
+        return x.clamp(-self.clip, self.clip) * std + self.mean.to(x.dtype)
+
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """``clip(x / sqrt(var + eps))``: scaled, not centred (reward scaling)."""
         return (x / torch.sqrt(self.var + self.epsilon).to(x.dtype)).clamp(-self.clip, self.clip)
@@ -105,3 +112,34 @@ def normalize_batch(net: nn.Module, batch: dict[str, torch.Tensor],
     if net.return_norm is not None:
         batch = {**batch, "reward": net.return_norm.scale(batch["reward"])}
     return batch
+
+
+def value_statistics() -> RunningMeanStd:
+    """The running statistics of the value targets (``agent.normalize_values``), at Sample Factory 2.1.1's
+    values (``sample_factory/algo/utils/running_mean_std.py``): normalised targets clipped to [-5, 5],
+    epsilon 1e-5, a prior of one sample of mean 0 and variance 1."""
+    return RunningMeanStd((), clip=5.0, epsilon=1e-5, prior_count=1.0)
+
+
+def normalize_value_targets(net: nn.Module, batch: dict[str, torch.Tensor],
+                            sum_across_ranks: Callable[[torch.Tensor, object], None] | None = None,
+                            stop: object = None) -> dict[str, torch.Tensor]:
+    """With ``agent.normalize_values`` (``net.value_norm``, a :func:`value_statistics`), the batch's value
+    targets normalised, once per batch before the first optimizer step: the statistics updated from the
+    raw extrinsic targets ``batch["value_targets"][..., 0]`` (``[T, B]``, the return estimator's on the
+    denormalised values, :class:`distrl.learning.losses.returns.NormalizedValues`), then those targets
+    replaced by ``clip((v - mean) / sqrt(var + eps), -5, 5)`` with the new statistics, as Sample Factory's
+    learner does (``_prepare_batch``: the returns normalised in place after GAE). The critic regresses
+    these; its outputs are normalised values. ``batch`` itself without the statistics.
+
+    ``sum_across_ranks(moments, stop)``: as for :func:`normalize_batch`."""
+    norm = net.value_norm
+    if norm is None:
+        return batch
+    targets = batch["value_targets"]
+    moments = norm.moments(targets[..., 0], norm.mean.dim())
+    if sum_across_ranks is not None:
+        sum_across_ranks(moments, stop)
+    norm.update(moments)
+    normalized = torch.cat([norm.normalize(targets[..., :1]), targets[..., 1:]], dim=-1)
+    return {**batch, "value_targets": normalized}

@@ -101,8 +101,9 @@ class Trainer:
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
         self.net = ActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
-                                              intrinsic_value=needs_value_head(cfg.intrinsic),
-                                              return_norm=bool(cfg.agent.get("normalize_returns", False)))
+                                intrinsic_value=needs_value_head(cfg.intrinsic),
+                                return_norm=bool(cfg.agent.get("normalize_returns", False)),
+                                value_norm=bool(cfg.agent.get("normalize_values", False)))
         self.intrinsic = intrinsic_for_run(cfg, self.spec, self.placement.stepping)
         if cfg.train.init_model_path:
             path = str(checkpoint.checkpoint_file(cfg.train.init_model_path))

@@ -33,6 +33,9 @@ class ActorContext:
             :class:`distrl.intrinsic.ActorBonus`), or None.
         return_discount: with ``agent.normalize_returns``, the discount of the return each env's
             ``discounted_return`` follows (``agent.discount``); None: not recorded.
+        sync: synchronous collection (``train.sync``): after handing in its slots the actor waits for
+            the learner's update on them and acts the next rollout with the new weights
+            (:meth:`distrl.sampling.writer.SlotWriter.await_new_weights`).
     """
 
     env_cfg: dict
@@ -48,3 +51,4 @@ class ActorContext:
     precision: str = "fp32"
     bonus: ActorBonus | None = None
     return_discount: float | None = None
+    sync: bool = False

@@ -47,6 +47,12 @@ class AgentState:
         self.last_reward[where] = torch.where(ended, 0.0, rewards)
         self.first[where] = ended
 
+    def restore_core(self, ids: torch.Tensor, core: CoreState) -> None:
+        """Put back the LSTM state ``core`` (each ``[1, k, H]``) of envs ``ids`` (``[k] int64``) as it was
+        before a step, so that the step can be acted again (synchronous collection); nothing without an LSTM."""
+        if core:
+            self.core = tuple(c.index_copy(1, ids.to(c.device), s) for c, s in zip(self.core, core, strict=True))
+
 
 @dataclass
 class StepInputs:

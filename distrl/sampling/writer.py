@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -19,6 +20,7 @@ from distrl.sampling.slots import NO_OWNER
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.5  # the longest a wait for a free slot goes without looking at the stop event
+SYNC_POLL_SECONDS = 0.001  # how often a synchronous actor looks for the learner's new weights
 
 
 class Stopped(Exception):
@@ -33,6 +35,7 @@ class SlotWriter:
         slot: ``[n] int64``, each env's current slot, -1 before its first observation is acted on.
         row: ``[n] int64``, the row each env's next observation goes to (0..T).
         version: ``[n] int64``, the policy version each env's current slot started with.
+        handed_version: the version the slots last handed in started with (-1: none yet).
         held: the slot indices this actor owns (returned to the free queue on any exit).
         stage: the small keys (every key but ``obs``) as local ``[n, T+1, ...]`` tensors, written a
             batch at a time and copied into the slots once per unroll.
@@ -47,6 +50,7 @@ class SlotWriter:
         self.slot = np.full(n, -1, dtype=np.int64)
         self.row = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
+        self.handed_version = -1
         self.held = held
         # each env's discounted return so far (agent.normalize_returns), restarted at episode ends
         self.discounted_return = np.zeros(n, dtype=np.float64) if ctx.return_discount is not None else None
@@ -56,10 +60,11 @@ class SlotWriter:
         self.stage = {key: torch.zeros((n, *ctx.slot_tensors[key].shape[1:]), dtype=ctx.slot_tensors[key].dtype)
                       for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs" and key in ctx.slot_tensors}
 
-    def write_acted(self, ids: np.ndarray, obs: torch.Tensor, out: dict, seen: StepInputs) -> None:
+    def write_acted(self, ids: np.ndarray, obs: torch.Tensor, out: dict, seen: StepInputs) -> bool:
         """Row ``t`` of envs ``ids`` (``[k] int64``): the observation ``obs [k, ...]``, what the
         policy saw besides it and what it did. An env's first observation takes it a slot; an env at
-        row T hands its slot to the learners and starts the next one with this row as row 0."""
+        row T hands its slot to the learners and starts the next one with this row as row 0.
+        Returns whether any slot was handed in."""
         at = self._at(ids)
         stage = self.stage
         stage["first"][at] = seen.first
@@ -74,10 +79,35 @@ class SlotWriter:
         at_end = np.flatnonzero(self.row[ids] == self.T)
         if len(at_end):
             full = ids[at_end]
+            self.handed_version = int(self.version[full].max())
             self._finish(full)
             for j in at_end.tolist():
                 self._start(int(ids[j]), seen.core, j)
             self._write_obs(full, obs[at_end])  # row 0 repeats row T
+        return bool(len(at_end))
+
+    def await_new_weights(self, ids: np.ndarray) -> None:
+        """Synchronous collection (``train.sync``): wait until the learner has updated past the version
+        the slots just handed in were acted with (:attr:`handed_version`; an update needs all of them),
+        keeping the heartbeat; the new slots of envs ``ids`` then count the new version.
+
+        Raises:
+            Stopped: the actor was asked to stop while it waited.
+        """
+        ch = self.ctx.channels
+        while ch.policy_version.value <= self.handed_version:
+            if self.should_stop():
+                raise Stopped
+            ch.heartbeat[self.actor_id] = time.time()
+            time.sleep(SYNC_POLL_SECONDS)
+        self.version[ids] = ch.policy_version.value
+
+    def restage(self, ids: np.ndarray, out: dict) -> None:
+        """Overwrite what the policy did at the current row of envs ``ids`` (row 0 of their new slots)
+        with ``out`` (the same step acted again with new weights, :meth:`await_new_weights`)."""
+        at = self._at(ids)
+        for key in ("action", "policy_params", "baseline"):
+            self.stage[key][at] = out[key]
 
     def actions(self, ids: np.ndarray) -> torch.Tensor:
         """``[k, *action_shape]``: the actions just sampled for envs ``ids`` (staged at their current row)."""

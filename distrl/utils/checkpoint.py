@@ -277,9 +277,9 @@ def incompatibility(state: dict[str, Any], cfg, obs_shape, action_space: dict[st
         if bool(saved.get(key, False)) != bool(cfg.model.get(key, False)):
             return f"model.{key}={saved.get(key, False)!r} in the checkpoint, {cfg.model.get(key, False)!r} here"
     saved_agent = state["config"].get("agent", {})
-    if bool(saved_agent.get("normalize_returns", False)) != bool(cfg.agent.get("normalize_returns", False)):
-        return (f"agent.normalize_returns={saved_agent.get('normalize_returns', False)!r} in the checkpoint, "
-                f"{cfg.agent.get('normalize_returns', False)!r} here")
+    for key in ("normalize_returns", "normalize_values"):  # each keeps statistics in the model's buffers
+        if bool(saved_agent.get(key, False)) != bool(cfg.agent.get(key, False)):
+            return f"agent.{key}={saved_agent.get(key, False)!r} in the checkpoint, {cfg.agent.get(key, False)!r} here"
     if saved_agent.get("optimizer", cfg.agent.optimizer) != cfg.agent.optimizer:
         name = saved_agent.get("name")
         return (f"agent.optimizer={saved_agent['optimizer']!r} (agent={name}) in the checkpoint, "

@@ -31,7 +31,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distrl.learning.losses.penalties import FeatureDrift, KLPenalty
-from distrl.learning.losses.returns import GAE, Stream, VTrace, make_estimator
+from distrl.learning.losses.returns import GAE, NormalizedValues, Stream, VTrace, make_estimator
 from distrl.learning.losses.terms import standardize
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import BOOTSTRAP, STEPS
@@ -133,7 +133,7 @@ class AgentLoss:
 
     def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
                  value_heads: int = 1, intrinsic: bool = False, pretraining: bool = False,
-                 estimator: VTrace | GAE | None = None):
+                 estimator: VTrace | GAE | NormalizedValues | None = None):
         self.objective = objective
         self.agent = SimpleNamespace(**OmegaConf.to_container(agent, resolve=True))
         self.estimator = estimator if estimator is not None else make_estimator(agent)

@@ -13,7 +13,8 @@ gradient's advantages and the value targets, swappable under every objective (``
   episode ends (:func:`distrl.learning.losses.vtrace.vtrace_with_episode_ends`). The policy lag it ignores is
   the clipped surrogate's ratio's business (APPO), not the targets'.
 
-Both run without gradient and in float32.
+Both run without gradient and in float32. With ``agent.normalize_values`` the critic learns normalised
+values and :class:`NormalizedValues` wraps either: the stream's values denormalised before it runs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from omegaconf import DictConfig
 
 from distrl.config.schema import ESTIMATORS
 from distrl.learning.losses import vtrace
+from distrl.nn.normalization import RunningMeanStd
 
 
 class Stream(NamedTuple):
@@ -75,6 +77,30 @@ class GAE:
         """``log_rhos [T, B]`` are ignored (GAE takes every action as on-policy)."""
         targets = self.on_policy(torch.zeros_like(log_rhos), stream).targets
         return Estimate(targets - stream.values.detach(), targets)
+
+
+class NormalizedValues:
+    """``estimator`` on a critic that learns normalised values (``agent.normalize_values``): the stream's
+    values (``values``, ``bootstrap_value``, ``truncation_values``) denormalised by ``stats``
+    (:meth:`distrl.nn.normalization.RunningMeanStd.denormalize`) before ``estimator`` runs, so that
+    the advantages and the targets are in the rewards' units (Sample Factory 2.1.1,
+    ``sample_factory/algo/learning/learner.py``, ``_prepare_batch``: the values denormalised before GAE
+    and the time-outs' bootstrap). The targets come out raw; the learner normalises them once per
+    batch (:func:`distrl.nn.normalization.normalize_value_targets`).
+
+    Args:
+        estimator: :class:`VTrace` or :class:`GAE`.
+        stats: the network's ``value_norm`` (:func:`distrl.nn.normalization.value_statistics`), read
+            at each call (the learner updates it between batches).
+    """
+
+    def __init__(self, estimator: VTrace | GAE, stats: RunningMeanStd):
+        self.estimator, self.stats = estimator, stats
+
+    def __call__(self, log_rhos: torch.Tensor, stream: Stream) -> Estimate:
+        raw = self.stats.denormalize
+        return self.estimator(log_rhos, stream._replace(values=raw(stream.values), bootstrap_value=raw(
+            stream.bootstrap_value), truncation_values=raw(stream.truncation_values)))
 
 
 def make_estimator(agent: DictConfig) -> VTrace | GAE:
