@@ -53,13 +53,13 @@ def row(path, budget: int, at: list[int]) -> dict:
     everything = runs.metrics(path)
     records = [r for r in everything if r["agent_steps"] <= budget * 1.01]
     evals = runs.values(records, "eval/mean_return")
-    episodes = [r["charts/episodic_return"] for r in records if "charts/episodic_return" in r]
     sps = [r["charts/SPS"] for r in records if "charts/SPS" in r]
     times = [r["time"] for r in records]
     system, task = system_and_task(path)
     return {"run": runs.name(path), "system": system, "task": task, "seed": runs.config(path)["seed"],
             "eval": evals[-1][1] if evals else float("nan"), "eval_steps": evals[-1][0] if evals else 0,
-            "train": training_return(records, system, budget), "at": [training_return(everything, system, n) for n in at],
+            "train": training_return(records, system, budget),
+            "at": [training_return(everything, system, n) for n in at],
             "sps": statistics.median(sps) if sps else float("nan"),
             "minutes": (max(times) - min(times)) / 60 if times else float("nan")}
 

@@ -319,7 +319,7 @@ def test_eval_scores_in_the_precision_of_the_runs_own_evaluations():
 
 MOVED = {  # checkpoints written by main at 2bd13d2, before the engine became sampling/, learning/, runtime/
     "cartpole-2bd13d2.pt": OLD_RUN,
-    "pendulum-2bd13d2.pt": ["experiment=mujoco", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=2",
+    "pendulum-2bd13d2.pt": ["experiment=mujoco_1m", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=2",
                             "num_steps=8", "batch_size=4", "agent.num_minibatches=2", "agent.num_epochs=2",
                             "learner_threads=1", "train.num_eval_episodes=0"],
 }

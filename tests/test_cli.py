@@ -28,7 +28,7 @@ CASES = {
     "added-unknown-key": (["train", "+no_such_key=1"], "distrl train: error: no_such_key is not a key"),
     "unknown-option": (["train", "agent=ppo"],
                        "distrl train: error: agent=ppo is not allowed: use one of appo, appo_minigrid, appo_mujoco, "
-                       "impala"),
+                       "appo_mujoco_1m, impala"),
     "wrong-type": (["train", "seed=abc"], "distrl train: error: seed=abc is not allowed: Value 'abc'"),
     "unparsable": (["train", "seed=["], "distrl train: error: cannot parse the overrides seed=["),
     "swept-value": (["train", "-m", "seed=1,2", "agent.lr=1e-3,x"], "distrl train: error: agent.lr=x is not allowed"),
@@ -120,7 +120,8 @@ HYDRA_REFUSALS = {
     "typo-key": (["train", "agnet=impala"], "distrl train: error: agnet is not a key of distrl train (did you mean "
                                             "agent?)"),
     "typo-option": (["train", "agent=imapla"], "distrl train: error: agent=imapla is not allowed: use one of appo, "
-                                               "appo_minigrid, appo_mujoco, impala (did you mean impala?)"),
+                                               "appo_minigrid, appo_mujoco, appo_mujoco_1m, impala "
+                                               "(did you mean impala?)"),
 }
 
 
@@ -170,7 +171,7 @@ def test_the_api_raises_the_commands_line(failed, hydra_flags):
 def test_help_lists_only_what_a_user_may_choose(capsys):
     assert cli.main(["train", "experiment=cartpole", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "experiment:  cartpole, image_cue, image_cue_memory, minigrid, mujoco, sparse_chain" in out
+    assert "experiment:  cartpole, image_cue, image_cue_memory, minigrid, mujoco, mujoco_1m, sparse_chain" in out
     assert "env:         atari, gym, image_cue, image_cue_memory, minigrid, mujoco, sparse_chain" in out
     assert "intrinsic:   e3b, none, re3, rnd" in out
     assert "_schema" not in out

@@ -21,7 +21,7 @@ from distrl.runtime.preflight import validate
 from distrl.sampling.policy import AgentState, step_policy
 from distrl.utils.checkpoint import load_checkpoint
 
-MJ = ["experiment=mujoco", "num_actors=1", "envs_per_actor=4", "num_steps=16", "batch_size=8",
+MJ = ["experiment=mujoco", "num_actors=1", "envs_per_actor=8", "num_steps=16", "batch_size=8",
       "agent.num_minibatches=4", "agent.num_epochs=2"]
 
 
@@ -93,7 +93,7 @@ def test_a_mujoco_run_trains_resumes_and_is_evaluated_with_the_gaussians_mean(tm
     state = load_checkpoint(run / "checkpoints" / "latest.pt")
     assert state["action_space"]["kind"] == "box" and len(state["action_space"]["low"]) == 3
     steps = state["model"]["obs_norm.count"].item()
-    assert steps > 1024 and state["model"]["return_norm.count"].item() > 1024
+    assert steps > 1024 and state["model"]["value_norm.count"].item() > 1024
     assert run_distrl(["train", *args[:-2], "train.num_train_steps=4096", f"hydra.run.dir={run}"]).returncode == 0
     resumed = load_checkpoint(run / "checkpoints" / "latest.pt")
     assert resumed["model"]["obs_norm.count"].item() > steps + 1024  # the statistics went on from the checkpoint
@@ -186,7 +186,8 @@ def test_the_observation_clip_is_the_models():
      "agent.normalize_values=True is not allowed: true only with agent.minibatch=steps"),
     (["agent.normalize_values=true", "intrinsic=rnd"],
      "agent.normalize_values=True is not allowed: false with intrinsic=rnd"),
-    (["train.sync=true"], "train.sync=True is not allowed: true only with num_actors x envs_per_actor = batch_size"),
+    (["train.sync=true", "envs_per_actor=48"],
+     "train.sync=True is not allowed: true only with batch_size a multiple of num_actors x envs_per_actor"),
     (["train.sync=true", "envs_per_actor=32", "num_learners=2"], "train.sync=True is not allowed: true only with "
                                                                     "num_learners=1"),
     (["model.obs_clip=0"], "model.obs_clip=0.0 is not allowed: a number > 0"),
@@ -200,9 +201,10 @@ def test_sample_factorys_parts_refuse_what_they_cannot_do_in_one_line(overrides,
 @pytest.mark.long
 def test_synchronous_collection_learns_from_the_newest_weights_only(tmp_path):
     """train.sync=true: every rollout acted with the weights of the update before it, so the learner
-    reports a policy lag of 0 (read back from TensorBoard); the value statistics count every step."""
+    reports a policy lag of 0 (read back from TensorBoard); here each env hands in two rollouts a
+    batch (2 actors x 2 envs, B=8). The value statistics count every step."""
     run = tmp_path / "sync"
-    done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=2", "envs_per_actor=4",
+    done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=2", "envs_per_actor=2",
                        "num_steps=16", "batch_size=8", "train.sync=true", "agent.normalize_values=true",
                        "agent.num_minibatches=4", "agent.num_epochs=2", "train.num_train_steps=1536",
                        "train.log_interval=128", "train.num_eval_episodes=0", f"hydra.run.dir={run}"])

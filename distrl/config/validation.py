@@ -189,9 +189,9 @@ def _validate_run(cfg: DictConfig) -> None:
 
 def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     _check_sizes(cfg, placement)
-    if cfg.train.sync:  # each update takes the rollouts of every env, all acted with the weights before it
-        check(placement.stepping == cfg.batch_size, "train.sync", cfg.train.sync,
-              f"true only with num_actors x envs_per_actor = batch_size (here {placement.num_actors} x "
+    if cfg.train.sync:  # each update takes rollouts of every env, all acted with the weights before it
+        check(cfg.batch_size % placement.stepping == 0, "train.sync", cfg.train.sync,
+              f"true only with batch_size a multiple of num_actors x envs_per_actor (here {placement.num_actors} x "
               f"{cfg.envs_per_actor} = {placement.stepping}, batch_size={cfg.batch_size})")
         check(cfg.num_learners == 1, "train.sync", cfg.train.sync, "true only with num_learners=1")
         check(not placement.async_step, "train.sync", cfg.train.sync,

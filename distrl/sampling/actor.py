@@ -49,7 +49,7 @@ def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
             log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
             precision=placement.actor_precision, bonus=bonus,
             return_discount=float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,
-            sync=bool(cfg.train.get("sync", False)),
+            rollouts_per_update=cfg.batch_size // placement.stepping if cfg.train.get("sync", False) else 0,
         )
         for actor_id in range(placement.num_actors)
     ]
@@ -102,9 +102,9 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     it saw and did is written at each env's row (:meth:`SlotWriter.write_acted`, which hands in the
     slots that reached row T); the actions go to the envs; what the envs gave back is written at the
     same rows (:meth:`SlotWriter.write_stepped`) and the rows advance. With synchronous collection
-    (``train.sync``), a step that handed in the slots waits for the learner's update on them and acts
-    again with the new weights: that step is row 0 of the next slots, so every step of a rollout is
-    acted with the weights of the update before it (policy lag 0).
+    (``train.sync``), a step that handed in the envs' last rollouts of a batch waits for the learner's
+    update on them and acts again with the new weights: that step is row 0 of the next slots, so every
+    step of a batch is acted with the weights of the update before it (policy lag 0).
 
     ``held`` is kept equal to the slot indices this actor owns, so the caller can return them on
     any exit.
@@ -128,7 +128,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             out, seen = step_policy(model, obs_t, state, ids_t, precision=ctx.precision)
             if bonus is not None:
                 out["intrinsic_bonus"] = bonus(obs_t, seen.first, ids_t)
-            if slots.write_acted(ids, obs_t, out, seen) and ctx.sync:  # slots handed in: act again, updated
+            if slots.write_acted(ids, obs_t, out, seen) and slots.update_due():  # act again, updated
                 slots.await_new_weights(ids)
                 state.restore_core(ids_t, seen.core)
                 out = {**out, **step_policy(model, obs_t, state, ids_t, precision=ctx.precision)[0]}

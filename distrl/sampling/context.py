@@ -33,9 +33,11 @@ class ActorContext:
             :class:`distrl.intrinsic.ActorBonus`), or None.
         return_discount: with ``agent.normalize_returns``, the discount of the return each env's
             ``discounted_return`` follows (``agent.discount``); None: not recorded.
-        sync: synchronous collection (``train.sync``): after handing in its slots the actor waits for
-            the learner's update on them and acts the next rollout with the new weights
-            (:meth:`distrl.sampling.writer.SlotWriter.await_new_weights`).
+        rollouts_per_update: synchronous collection (``train.sync``): after handing in this many
+            rollouts of its envs (``batch_size / (num_actors x envs_per_actor)``: every env's share of
+            a batch) the actor waits for the learner's update on them and acts the next rollout with
+            the new weights (:meth:`distrl.sampling.writer.SlotWriter.await_new_weights`); 0:
+            asynchronous collection, no waiting.
     """
 
     env_cfg: dict
@@ -51,4 +53,4 @@ class ActorContext:
     precision: str = "fp32"
     bonus: ActorBonus | None = None
     return_discount: float | None = None
-    sync: bool = False
+    rollouts_per_update: int = 0

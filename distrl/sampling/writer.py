@@ -36,6 +36,8 @@ class SlotWriter:
         row: ``[n] int64``, the row each env's next observation goes to (0..T).
         version: ``[n] int64``, the policy version each env's current slot started with.
         handed_version: the version the slots last handed in started with (-1: none yet).
+        handed_rollouts: rollouts of its envs handed in since the last update it waited for
+            (synchronous collection, :meth:`update_due`).
         held: the slot indices this actor owns (returned to the free queue on any exit).
         stage: the small keys (every key but ``obs``) as local ``[n, T+1, ...]`` tensors, written a
             batch at a time and copied into the slots once per unroll.
@@ -51,6 +53,7 @@ class SlotWriter:
         self.row = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
         self.handed_version = -1
+        self.handed_rollouts = 0
         self.held = held
         # each env's discounted return so far (agent.normalize_returns), restarted at episode ends
         self.discounted_return = np.zeros(n, dtype=np.float64) if ctx.return_discount is not None else None
@@ -80,11 +83,22 @@ class SlotWriter:
         if len(at_end):
             full = ids[at_end]
             self.handed_version = int(self.version[full].max())
+            self.handed_rollouts += 1
             self._finish(full)
             for j in at_end.tolist():
                 self._start(int(ids[j]), seen.core, j)
             self._write_obs(full, obs[at_end])  # row 0 repeats row T
         return bool(len(at_end))
+
+    def update_due(self) -> bool:
+        """Synchronous collection: whether the envs' rollouts handed in make their share of a batch
+        (``rollouts_per_update`` of :class:`ActorContext`), so that the learner's next update needs
+        them all; never with asynchronous collection. Envs hand in together there (same rows, no
+        async stepping), so one hand-in is one rollout of every env."""
+        due = self.ctx.rollouts_per_update > 0 and self.handed_rollouts >= self.ctx.rollouts_per_update
+        if due:
+            self.handed_rollouts = 0
+        return due
 
     def await_new_weights(self, ids: np.ndarray) -> None:
         """Synchronous collection (``train.sync``): wait until the learner has updated past the version
@@ -181,9 +195,13 @@ class SlotWriter:
             raise Stopped
 
     def _write_obs(self, envs: np.ndarray, obs: torch.Tensor) -> None:
-        """``obs [k, *obs_shape]`` into each env's slot at its row: one memcpy each (an indexed
-        put of uint8 images is many times slower)."""
+        """``obs [k, *obs_shape]`` into each env's slot at its row: vectors in one indexed put, images
+        one memcpy each (an indexed put of uint8 images is many times slower)."""
         obs_slots = self.ctx.slot_tensors["obs"]
+        if obs.dim() == 2:  # [k, D] vectors: one call instead of k
+            where = (torch.from_numpy(self.slot[envs]), torch.from_numpy(self.row[envs]))
+            obs_slots.index_put_(where, obs.to(obs_slots.dtype))
+            return
         for j, (slot, t) in enumerate(zip(self.slot[envs].tolist(), self.row[envs].tolist(), strict=True)):
             obs_slots[slot, t].copy_(obs[j])
 
