@@ -62,9 +62,10 @@ def _validate_continuous_protocol(cfg: DictConfig, spec: EnvSpec) -> None:
     """Box actions with rewards clipped to [-1, 1] and raw observations, the values of the Atari agents
     (conf/agent/appo.yaml, impala.yaml) with no preset, are refused: a continuous-control reward
     clipped so carries little of its signal (Pendulum-v1, 300k agent steps, seed 1: best evaluation
-    -1,086 on that path, random play's level, against -102 with ``experiment=mujoco``;
-    docs/lab/mujoco.md, docs/lab/runs/pendulum/). ``experiment=mujoco`` sets continuous control's
-    values; either key set otherwise keeps these values on purpose.
+    -1,086 on that path, random play's level, against -102 with CleanRL's values, now
+    ``experiment=mujoco_1m``, and -234 with Sample Factory's, ``experiment=mujoco``; docs/lab/mujoco.md,
+    docs/lab/runs/pendulum/). ``experiment=mujoco`` sets continuous control's values; either key set
+    otherwise keeps these values on purpose.
 
     Raises:
         ConfigError: Box actions with ``agent.reward_clip`` set and ``model.normalize_obs=false``.
