@@ -116,3 +116,51 @@ def test_slots_hold_contiguous_trajectories(overrides):
             assert torch.equal(earlier["policy_params"][T], slot["policy_params"][0])
         previous[env] = slot
     assert sorted(previous) == list(range(N_ENVS))
+
+
+def test_a_synchronous_actor_acts_each_batch_with_the_weights_of_the_update_before_it():
+    """train.sync=true, each env's share of a batch two rollouts (1 actor x 4 envs, B=8): the actor
+    hands in exactly one batch, waits, and acts the next one, row 0 included, with the weights
+    published with the new policy version (here the test plays the learner)."""
+    cfg = compose_train(["experiment=mujoco", "env.id=Pendulum-v1", f"num_steps={T}", f"envs_per_actor={N_ENVS}",
+                         "num_actors=1", f"batch_size={2 * N_ENVS}", "train.sync=true", "precision=fp32"])
+    spec = env_spec(cfg.env)
+    torch.manual_seed(0)
+    policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model)
+    policy.share_actor()
+    ctx = mp.get_context("spawn")
+    pool = Slots(RolloutLayout.for_run(cfg, spec), 4 * N_ENVS, ctx)
+    channels = Channels.create(pool, ctx, 1)
+    actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
+    assert actor_ctx.rollouts_per_update == 2
+    actor_ctx.parent_pid = os.getppid()
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _act_catching(actor_ctx, errors), daemon=True)
+    thread.start()
+    try:
+        for version in range(3):
+            batch = [pool.full_queue.get(timeout=60) for _ in range(2 * N_ENVS)]
+            with pytest.raises(queue.Empty):  # nothing more until the update: the actor waits
+                pool.full_queue.get(timeout=0.5)
+            for index in batch:
+                slot = {k: v[index] for k, v in pool.tensors.items()}
+                assert int(slot["policy_version"]) == version
+                with torch.no_grad():
+                    params, _, _ = policy.actor(slot["obs"][:T].unsqueeze(1), slot["first"][:T].unsqueeze(1))
+                torch.testing.assert_close(slot["policy_params"][:T], params[:, 0], rtol=1e-5, atol=1e-5)
+                pool.free_queue.put(index)
+            with torch.no_grad():  # the learner's update: new weights, then the new version
+                for p in policy.actor.parameters():
+                    p.add_(0.1 * torch.randn_like(p))
+            channels.policy_version.value = version + 1
+    finally:
+        channels.stop_event.set()
+        thread.join(timeout=30)
+    assert [type(e).__name__ for e in errors] == ["Stopped"]
+
+
+def _act_catching(actor_ctx, errors: list) -> None:
+    try:
+        act(0, actor_ctx, [])
+    except BaseException as exc:  # Stopped ends the loop
+        errors.append(exc)
