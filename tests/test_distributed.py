@@ -70,7 +70,7 @@ def test_two_ranks_keep_one_set_of_observation_return_and_value_statistics(tmp_p
     every update."""
     run_dir = tmp_path / "run"  # two cores, as CI has (on one, the test above checks the refusal)
     done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=8",
-                       "train.sync=true", "agent.normalize_values=true",
+                       "train.sync=true", "agent.normalize_values=true", "agent.normalize_returns=true",
                        "num_steps=16", "batch_size=8", "agent.num_minibatches=4", "agent.num_epochs=2",
                        "train.num_train_steps=4096", "train.num_eval_episodes=0", "distributed.nproc_per_node=2",
                        "distributed.check_interval=1", f"hydra.run.dir={run_dir}"], timeout=180)
