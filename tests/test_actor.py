@@ -28,19 +28,25 @@ from distrl.sampling.slots import Channels, Slots
 T, N_ENVS, SLOTS_WANTED = 12, 4, 24
 
 
-def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
-    # fp32: the learner's recomputation below must match the stored behaviour outputs exactly
+def one_actor(overrides: list[str], num_slots: int):
+    """The policy, the slots, the channels and the context of one actor of ``N_ENVS`` envs and T steps
+    (fp32: a recomputation of the stored behaviour outputs must match them exactly), to run in a thread."""
     cfg = compose_train([*overrides, f"num_steps={T}", f"envs_per_actor={N_ENVS}", "num_actors=1", "precision=fp32"])
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model)
     policy.share_actor()
     ctx = mp.get_context("spawn")
-    pool = Slots(RolloutLayout.for_run(cfg, spec), 3 * N_ENVS, ctx)
+    pool = Slots(RolloutLayout.for_run(cfg, spec), num_slots, ctx)
     channels = Channels.create(pool, ctx, 1)
-    stop = channels.stop_event
     actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
     actor_ctx.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours
+    return policy, pool, channels, actor_ctx
+
+
+def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
+    policy, pool, channels, actor_ctx = one_actor(overrides, 3 * N_ENVS)
+    stop = channels.stop_event
     held: list[int] = []
     errors: list[BaseException] = []
 
@@ -122,18 +128,9 @@ def test_a_synchronous_actor_acts_each_batch_with_the_weights_of_the_update_befo
     """train.sync=true, each env's share of a batch two rollouts (1 actor x 4 envs, B=8): the actor
     hands in exactly one batch, waits, and acts the next one, row 0 included, with the weights
     published with the new policy version (here the test plays the learner)."""
-    cfg = compose_train(["experiment=mujoco", "env.id=Pendulum-v1", f"num_steps={T}", f"envs_per_actor={N_ENVS}",
-                         "num_actors=1", f"batch_size={2 * N_ENVS}", "train.sync=true", "precision=fp32"])
-    spec = env_spec(cfg.env)
-    torch.manual_seed(0)
-    policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model)
-    policy.share_actor()
-    ctx = mp.get_context("spawn")
-    pool = Slots(RolloutLayout.for_run(cfg, spec), 4 * N_ENVS, ctx)
-    channels = Channels.create(pool, ctx, 1)
-    actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
+    policy, pool, channels, actor_ctx = one_actor(["experiment=mujoco", "env.id=Pendulum-v1",
+                                                   f"batch_size={2 * N_ENVS}", "train.sync=true"], 4 * N_ENVS)
     assert actor_ctx.rollouts_per_update == 2
-    actor_ctx.parent_pid = os.getppid()
     errors: list[BaseException] = []
     thread = threading.Thread(target=lambda: _act_catching(actor_ctx, errors), daemon=True)
     thread.start()

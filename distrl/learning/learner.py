@@ -145,11 +145,11 @@ class Learner:
             position = self.position
             self.optimizer_step.set_learning_rate(position.learning_rate)
             self.last_obs = batch["obs"]
-            batch = normalize_batch(self.net.learner, batch, self.ranks.sum_ if self.ranks.enabled else None, stop)
+            sum_across_ranks = self.ranks.sum_ if self.ranks.enabled else None
+            batch = normalize_batch(self.net.learner, batch, sum_across_ranks, stop)
             batch, intrinsic = self._intrinsic_rewards(batch, position)
             batch = self.plan.prepare(batch, self.optimizer_step.forward, position.intrinsic_coef)
-            batch = normalize_value_targets(self.net.learner, batch, self.ranks.sum_ if self.ranks.enabled else None,
-                                            stop)
+            batch = normalize_value_targets(self.net.learner, batch, sum_across_ranks, stop)
             reported, optimizer_steps, finite = run_steps(self.optimizer_step, self.plan.minibatches(batch),
                                                 position.entropy_cost, position.intrinsic_coef, stop)
             publish_start = time.perf_counter()

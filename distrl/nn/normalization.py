@@ -61,6 +61,16 @@ class RunningMeanStd(nn.Module):
         count = torch.full_like(x[0], float(x.shape[0]))
         return torch.stack([count, x.sum(0), (x * x).sum(0)])
 
+    def merge(self, samples: torch.Tensor, sum_across_ranks: Callable[[torch.Tensor, object], None] | None = None,
+              stop: object = None) -> None:
+        """Merge a batch's ``[N, *shape]`` ``samples`` (any leading dimensions) into the statistics; with
+        several ranks ``sum_across_ranks(moments, stop)`` first sums the batch's :meth:`moments` across
+        them in place, so every rank merges the same statistics (None: one rank)."""
+        moments = self.moments(samples, self.mean.dim())
+        if sum_across_ranks is not None:
+            sum_across_ranks(moments, stop)
+        self.update(moments)
+
     @torch.no_grad()
     def update(self, moments: torch.Tensor) -> None:
         """Merge a batch's :meth:`moments` into the statistics."""
@@ -105,10 +115,7 @@ def normalize_batch(net: nn.Module, batch: dict[str, torch.Tensor],
     for norm, key in ((net.obs_norm, "obs"), (net.return_norm, "discounted_return")):
         if norm is None:
             continue
-        moments = norm.moments(batch[key][STEPS], norm.mean.dim())
-        if sum_across_ranks is not None:
-            sum_across_ranks(moments, stop)
-        norm.update(moments)
+        norm.merge(batch[key][STEPS], sum_across_ranks, stop)
     if net.return_norm is not None:
         batch = {**batch, "reward": net.return_norm.scale(batch["reward"])}
     return batch
@@ -137,9 +144,6 @@ def normalize_value_targets(net: nn.Module, batch: dict[str, torch.Tensor],
     if norm is None:
         return batch
     targets = batch["value_targets"]
-    moments = norm.moments(targets[..., 0], norm.mean.dim())
-    if sum_across_ranks is not None:
-        sum_across_ranks(moments, stop)
-    norm.update(moments)
+    norm.merge(targets[..., 0], sum_across_ranks, stop)
     normalized = torch.cat([norm.normalize(targets[..., :1]), targets[..., 1:]], dim=-1)
     return {**batch, "value_targets": normalized}
