@@ -217,6 +217,19 @@ def test_e3b_bonus_is_the_elliptical_potential_of_the_episode_so_far():
     assert actor_bonuses(module, again, ended)[6, 0] < 0.1 * bonuses[:, 0].mean()
 
 
+@pytest.mark.parametrize("shape", [(3, 7, 7), (40,)], ids=["images", "vectors"])
+def test_e3b_embeddings_end_in_a_relu_as_both_references_do(shape):
+    """E3B's ``phi`` is ``>= 0`` (E3B's and RLeXplore's embeddings end in a ReLU), and the ReLU holds
+    no weights: a state dict of the layers before it (a checkpoint from before it) loads."""
+    torch.manual_seed(0)
+    module = make_intrinsic(shape, intrinsic_cfg("e3b"), num_envs=1, num_actions=A)
+    obs = torch.randint(0, 11, (64, *shape), dtype=torch.uint8) if len(shape) == 3 else torch.randn(64, *shape)
+    phi = module.encoder(module.inputs(obs))
+    assert phi.shape == (64, module.cfg.embed_dim) and (phi >= 0).all() and (phi > 0).float().mean() > 0.2
+    before = torch.nn.Sequential(*list(module.encoder)[:-1]).state_dict()
+    module.encoder.load_state_dict(before)
+
+
 @pytest.mark.parametrize("normalize, clip", [("returns", None), ("rewards", None), ("rewards", 1.0)])
 def test_intrinsic_rewards_are_divided_by_the_running_std_chosen_then_clipped(normalize, clip):
     """``intrinsic.normalize``: the std of the discounted returns within each unroll (E3B's episodic

@@ -16,6 +16,34 @@ The embedding ``phi`` is trained in the learner by inverse dynamics (the paper's
 copy in shared memory after each update, as the policy's weights are: the actors' ``phi`` is as
 stale as their policy. This follows E3B's own IMPALA code (facebookresearch/e3b, ``act()``), which
 keeps ``C^-1`` per actor and resets it at each episode's end.
+
+Against the two public implementations, step by step (E3B's IMPALA code, facebookresearch/e3b,
+``minihack/torchbeast/src/``: ``utils.py`` ``act()``, ``algos/e3b.py`` ``learn()``, ``models.py``;
+RLeXplore's, RLE-Foundation/rllte, ``rllte/xplore/reward/e3b.py`` and
+``rllte/common/prototype/base_reward.py``):
+
+- ``C`` starts at ``ridge I`` (``C^-1 = I / ridge``, ridge 0.1) and restarts with each episode in all
+  three; the bonus is taken before ``C`` counts the observation (``b = phi^T C^-1 phi``, then
+  Sherman-Morrison) in all three.
+- Which step is paid: E3B's code pays the action taken from ``x_t`` the bonus of ``x_t`` and sets an
+  episode's first bonus to 0 (``x_0`` counted in ``C``, not paid); distrl pays the action that led
+  to ``x_{t+1}`` its bonus, and nothing to a step that ends an episode (its ``x_{t+1}`` is the next
+  episode's first): the same bonuses per episode, each one step earlier. RLeXplore pays ``x_t``'s
+  bonus to the action from it, ``x_0``'s included (``|phi|^2 / ridge``, an episode's largest).
+- The embedding ends in a ReLU in both (E3B's ``NetHackStateEmbeddingNet``: ``fc2`` Linear + ReLU,
+  1,024 features; RLeXplore's image ``ObservationEncoder``: Linear + ReLU, 128), so here too
+  (:func:`embedding_net`, ``intrinsic.embed_dim`` features, 128).
+- Its training: one Adam step per batch at lr 1e-4 (E3B's; its gradient norm clipped at 40), here
+  without the clip; RLeXplore takes minibatches of 256 over each batch at lr 1e-3.
+- The bonus's scale: E3B's code divides by a running std of the bonuses (``reward_norm=int``),
+  weighs it 1 and clips the total reward to [-1, 1]. Its running count grows by T per batch where
+  its sums grow by T x B bonuses (``update_running_moments``), so its std is ``k`` times the
+  bonuses' ``sigma``, ``k`` at least ``sqrt(B)`` (B = 8 by default: 2.8; 3.4-4.2 on simulated
+  streams of bonuses, docs/lab/exploration.md), and a step without extrinsic reward is paid
+  ``min(b / (k sigma), 1) = (1 / k) min(b / sigma, k)``. RLeXplore divides by the running std and
+  weighs it 1, no clip. Here: ``intrinsic.coef * min(b / sigma, intrinsic.clip)``, ``sigma`` the
+  running std of the bonuses paid (:meth:`distrl.intrinsic.base.IntrinsicReward.rewards`):
+  ``intrinsic.coef=0.3 intrinsic.clip=3.3`` is E3B's arithmetic (``k = 3.3``).
 """
 
 from __future__ import annotations
@@ -31,12 +59,22 @@ from distrl.intrinsic.base import IntrinsicReward, encoder_inputs, feature_net, 
 from distrl.rollout import STEPS
 
 
+def embedding_net(input_shape: tuple[int, ...], embed_dim: int) -> nn.Sequential:
+    """E3B's ``phi``: :func:`distrl.intrinsic.base.feature_net`'s layers to ``[N, embed_dim]``, then a
+    ReLU, as both references end theirs (the module's docstring), so every embedding is ``>= 0``.
+    The ReLU holds no weights: a checkpoint from before it loads."""
+    net = feature_net(input_shape, embed_dim)
+    net.append(nn.ReLU())
+    return net
+
+
 class EllipticalBonus:
     """One actor's side of E3B: the bonus of each observation its envs see, each env with its own
     ``C^-1``.
 
     Args:
         encoder: the actors' copy of the embedding ``phi`` (shared memory, published by the learner).
+        dim: ``phi``'s features ``D``.
         num_envs: the actor's environments.
         ridge: ``C``'s initial diagonal (``intrinsic.ridge``).
         is_image, newest_frame_only: how observations become ``phi``'s inputs
@@ -46,11 +84,11 @@ class EllipticalBonus:
         cov_inverse: ``[num_envs, D, D] float32``, each env's ``C^-1``.
     """
 
-    def __init__(self, encoder: nn.Module, num_envs: int, ridge: float, is_image: bool, newest_frame_only: bool):
+    def __init__(self, encoder: nn.Module, dim: int, num_envs: int, ridge: float, is_image: bool,
+                 newest_frame_only: bool):
         self.encoder = encoder
         self.ridge = ridge
         self.is_image, self.newest_frame_only = is_image, newest_frame_only
-        dim = encoder[-1].out_features
         self.identity = torch.eye(dim) / ridge
         self.cov_inverse = self.identity.repeat(num_envs, 1, 1)
 
@@ -80,12 +118,12 @@ class ActorBonus:
 
     :meth:`start` gives an actor its :class:`EllipticalBonus`."""
 
-    def __init__(self, encoder: nn.Module, ridge: float, is_image: bool, newest_frame_only: bool):
-        self.encoder, self.ridge = encoder, ridge
+    def __init__(self, encoder: nn.Module, dim: int, ridge: float, is_image: bool, newest_frame_only: bool):
+        self.encoder, self.dim, self.ridge = encoder, dim, ridge
         self.is_image, self.newest_frame_only = is_image, newest_frame_only
 
     def start(self, num_envs: int) -> EllipticalBonus:
-        return EllipticalBonus(self.encoder, num_envs, self.ridge, self.is_image, self.newest_frame_only)
+        return EllipticalBonus(self.encoder, self.dim, num_envs, self.ridge, self.is_image, self.newest_frame_only)
 
 
 class E3B(IntrinsicReward):
@@ -98,7 +136,7 @@ class E3B(IntrinsicReward):
             :class:`IntrinsicReward`'s.
 
     Attributes:
-        encoder: ``phi``, observations to ``[N, intrinsic.embed_dim]`` (:func:`feature_net`).
+        encoder: ``phi``, observations to ``[N, intrinsic.embed_dim]``, ``>= 0`` (:func:`embedding_net`).
         inverse_dynamics: ``[N, 2 embed_dim] -> [N, num_actions]`` logits, one hidden layer of 256.
         actor_bonus: the actors' part (:class:`ActorBonus`), with ``phi``'s copy in shared memory on
             the CPU; not in :meth:`state_dict` (it is the learner's ``phi``, published).
@@ -107,13 +145,13 @@ class E3B(IntrinsicReward):
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, num_actions: int, newest_frame_only: bool = False,
                  discount: float = 0.99, episodic: bool = True):
         super().__init__(obs_shape, cfg, newest_frame_only, discount, episodic)
-        self.encoder = feature_net(self.input_shape, cfg.embed_dim)
+        self.encoder = embedding_net(self.input_shape, cfg.embed_dim)
         self.inverse_dynamics = nn.Sequential(nn.Linear(2 * cfg.embed_dim, 256), nn.ReLU(), nn.Linear(256, num_actions))
         orthogonal_init(self)
         self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
         actor_encoder = copy.deepcopy(self.encoder).requires_grad_(False).eval().share_memory()
         # not a Module: nn.Module does not register it, so it stays on the CPU and out of the state_dict
-        self.actor_bonus = ActorBonus(actor_encoder, cfg.ridge, self.is_image, self.newest_frame_only)
+        self.actor_bonus = ActorBonus(actor_encoder, cfg.embed_dim, cfg.ridge, self.is_image, self.newest_frame_only)
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return batch["intrinsic_bonus"][1:]
