@@ -513,3 +513,7 @@ def test_e3b_bonuses_come_from_the_actors_of_a_run(tmp_path):
     assert profile["first_bonus"] == pytest.approx(phi.pow(2).sum().item() / cfg.intrinsic.ridge, rel=1e-3)
     assert profile["episode_steps"] <= 80 and len(profile["paid_first_10"]) == 10
     assert 0.0 <= profile["square_share_first_10"] <= profile["square_share_first_50"] <= 1.0
+    # what each step is paid at the run's weight and clip, over the checkpoint's running std
+    assert profile["running_std"] == pytest.approx(float(module.reward_rms.std), rel=1e-4)
+    assert (profile["coef"], profile["clip"]) == (cfg.intrinsic.coef, cfg.intrinsic.clip)
+    assert 0.0 < profile["paid_sum"]["first_10"] <= 10 * cfg.intrinsic.coef * cfg.intrinsic.clip

@@ -34,15 +34,17 @@ Decisions, with their sources:
   gradient. Burda et al. train both heads at full weight beside standardised advantages; with raw
   advantages (``experiment=minigrid``) the unweighted head took the gradient even at coef 0.001
   (docs/lab/exploration.md).
-- **E3B: the std of the bonuses, then a clip** (``intrinsic.normalize=rewards``, ``intrinsic.clip=1``,
-  E3B's defaults; facebookresearch/e3b divides the bonus by the running std of the bonuses
-  (``reward_norm=int``) and clips rewards to [-1, 1]). An episode's first bonuses are about
-  ``|phi|^2 / ridge``, hundreds of times the later ones: divided by the std of the returns they
-  set, the later bonuses, where the door and the goal are, were a few thousandths
-  (docs/lab/exploration.md). They still set the std of the bonuses: on DoorKey-16x16 an episode's
-  first 10 steps hold 99.9 % of its squared bonus, and after the division and the clip the later
-  bonuses are about 0.001 (``scripts/e3b_bonuses.py``; docs/lab/exploration.md). ``intrinsic.normalize``
-  and ``intrinsic.clip`` apply to every module.
+- **E3B: the std of the bonuses, then a clip** (``intrinsic.normalize=rewards``, ``intrinsic.clip``),
+  as E3B's code (facebookresearch/e3b: ``reward_norm=int``, rewards clipped to [-1, 1]); the two
+  public implementations are compared with distrl's step by step in :mod:`distrl.intrinsic.e3b`.
+  An episode's first bonuses are about ``|phi|^2 / ridge``, hundreds of times the later ones:
+  divided by the std of the returns they set, the later bonuses were a few thousandths
+  (docs/lab/exploration.md). They set the std of the bonuses too, in E3B's code as here: on
+  DoorKey-16x16 an episode's first 10 paid steps hold 99.9 % of its squared bonus, and the later
+  ones are about 0.001 of the std (``scripts/e3b_bonuses.py``; the same with the ReLU-ended
+  embedding the references use, docs/lab/exploration.md). What E3B's code pays differs from
+  distrl's defaults in the weight: its arithmetic is ``intrinsic.coef=0.3 intrinsic.clip=3.3``.
+  ``intrinsic.normalize`` and ``intrinsic.clip`` apply to every module.
 - **RND's observation statistics** (Burda et al. 2019, Section 2.4): observations are standardised
   by a running mean and std per element and clipped to [-5, 5]; for Atari only the newest frame of
   the stack is used, as in the paper. The statistics start with the first batch (the paper first
