@@ -217,6 +217,25 @@ def test_e3b_bonus_is_the_elliptical_potential_of_the_episode_so_far():
     assert actor_bonuses(module, again, ended)[6, 0] < 0.1 * bonuses[:, 0].mean()
 
 
+def test_e3b_with_unit_embedding_pays_the_bonus_of_phis_direction_whatever_its_scale():
+    """``intrinsic.unit_embedding``: the bonus of ``phi / |phi|``, so an episode's first is exactly
+    ``1 / ridge``, none is more, and scaling ``phi`` by 10 changes none."""
+    torch.manual_seed(0)
+    module = make_intrinsic((40,), intrinsic_cfg("e3b", ridge=0.5, unit_embedding=True), num_envs=2, num_actions=A)
+    obs = torch.randn(T + 1, 2, 40)
+    ended = torch.zeros(T + 1, 2, dtype=torch.bool)
+    bonuses = actor_bonuses(module, obs, ended)
+    torch.testing.assert_close(bonuses[0], torch.full((2,), 2.0))
+    assert (bonuses <= 2.0 + 1e-5).all() and (bonuses[1:] < 2.0).all()
+    with torch.no_grad():
+        module.actor_bonus.encoder[-2].weight.mul_(10.0)
+        module.actor_bonus.encoder[-2].bias.mul_(10.0)
+    torch.testing.assert_close(actor_bonuses(module, obs, ended), bonuses, rtol=1e-4, atol=1e-5)
+    plain = make_intrinsic((40,), intrinsic_cfg("e3b", ridge=0.5), num_envs=2, num_actions=A)
+    plain.actor_bonus.encoder.load_state_dict(module.actor_bonus.encoder.state_dict())
+    assert actor_bonuses(plain, obs, ended)[0].min() > 10.0  # of phi itself: |phi|^2 / ridge
+
+
 @pytest.mark.parametrize("shape", [(3, 7, 7), (40,)], ids=["images", "vectors"])
 def test_e3b_embeddings_end_in_a_relu_as_both_references_do(shape):
     """E3B's ``phi`` is ``>= 0`` (E3B's and RLeXplore's embeddings end in a ReLU), and the ReLU holds

@@ -142,6 +142,7 @@ class IntrinsicConfig:
     k: int = MISSING  # the nearest neighbour whose distance is the reward (re3)
     memory: int = MISSING  # the last observations of each env among the neighbours (re3)
     ridge: float = MISSING  # the initial diagonal of each episode's covariance (e3b)
+    unit_embedding: bool = MISSING  # e3b: the bonus of phi / |phi|, at most 1 / ridge
     obs_norm: bool = MISSING  # inputs standardised per element by running stats, clipped to [-5, 5] (rnd, re3)
     episodic: bool = MISSING  # true: one value head, an episode's end cuts the intrinsic return too
     normalize: str = MISSING  # returns | rewards: whose running std the rewards are divided by

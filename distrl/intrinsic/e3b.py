@@ -77,6 +77,9 @@ class EllipticalBonus:
         dim: ``phi``'s features ``D``.
         num_envs: the actor's environments.
         ridge: ``C``'s initial diagonal (``intrinsic.ridge``).
+        unit: take the bonus of ``phi / |phi|`` (``intrinsic.unit_embedding``): each bonus is then at
+            most ``1 / ridge`` whatever ``phi``'s scale (Abbasi-Yadkori et al. 2011, Lemma 11, bound
+            the elliptical potential for ``|phi| <= L``, ``ridge >= L^2``).
         is_image, newest_frame_only: how observations become ``phi``'s inputs
             (:func:`distrl.intrinsic.base.encoder_inputs`).
 
@@ -85,9 +88,9 @@ class EllipticalBonus:
     """
 
     def __init__(self, encoder: nn.Module, dim: int, num_envs: int, ridge: float, is_image: bool,
-                 newest_frame_only: bool):
+                 newest_frame_only: bool, unit: bool = False):
         self.encoder = encoder
-        self.ridge = ridge
+        self.ridge, self.unit = ridge, unit
         self.is_image, self.newest_frame_only = is_image, newest_frame_only
         self.identity = torch.eye(dim) / ridge
         self.cov_inverse = self.identity.repeat(num_envs, 1, 1)
@@ -100,6 +103,8 @@ class EllipticalBonus:
         if bool(first.any()):
             self.cov_inverse[ids[first]] = self.identity
         phi = self.encoder(encoder_inputs(obs, self.is_image, self.newest_frame_only)).float()  # [k, D]
+        if self.unit:
+            phi = F.normalize(phi, dim=-1)
         consecutive = bool((ids[1:] - ids[:-1] == 1).all())
         # consecutive envs (the usual case): a view, updated in place; else a gathered copy, written back
         at = slice(int(ids[0]), int(ids[-1]) + 1) if consecutive else ids
@@ -118,12 +123,14 @@ class ActorBonus:
 
     :meth:`start` gives an actor its :class:`EllipticalBonus`."""
 
-    def __init__(self, encoder: nn.Module, dim: int, ridge: float, is_image: bool, newest_frame_only: bool):
-        self.encoder, self.dim, self.ridge = encoder, dim, ridge
+    def __init__(self, encoder: nn.Module, dim: int, ridge: float, is_image: bool, newest_frame_only: bool,
+                 unit: bool = False):
+        self.encoder, self.dim, self.ridge, self.unit = encoder, dim, ridge, unit
         self.is_image, self.newest_frame_only = is_image, newest_frame_only
 
     def start(self, num_envs: int) -> EllipticalBonus:
-        return EllipticalBonus(self.encoder, self.dim, num_envs, self.ridge, self.is_image, self.newest_frame_only)
+        return EllipticalBonus(self.encoder, self.dim, num_envs, self.ridge, self.is_image, self.newest_frame_only,
+                               self.unit)
 
 
 class E3B(IntrinsicReward):
@@ -151,7 +158,8 @@ class E3B(IntrinsicReward):
         self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
         actor_encoder = copy.deepcopy(self.encoder).requires_grad_(False).eval().share_memory()
         # not a Module: nn.Module does not register it, so it stays on the CPU and out of the state_dict
-        self.actor_bonus = ActorBonus(actor_encoder, cfg.embed_dim, cfg.ridge, self.is_image, self.newest_frame_only)
+        self.actor_bonus = ActorBonus(actor_encoder, cfg.embed_dim, cfg.ridge, self.is_image, self.newest_frame_only,
+                                      bool(cfg.get("unit_embedding", False)))  # runs from before the key: false
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return batch["intrinsic_bonus"][1:]
