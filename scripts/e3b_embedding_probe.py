@@ -22,9 +22,9 @@ import json
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torch import nn
 
+from distrl.config.compose import compose
 from distrl.envs import gym_env
 from distrl.intrinsic.base import orthogonal_init
 from distrl.intrinsic.e3b import EllipticalBonus, embedding_net
@@ -62,9 +62,7 @@ def main() -> None:
     parser.add_argument("--env", default="MiniGrid-DoorKey-16x16-v0")
     parser.add_argument("--updates", type=int, nargs="+", default=[300, 1000])
     args = parser.parse_args()
-    env_cfg = OmegaConf.create({"kind": "gym", "id": args.env, "max_episode_steps": None, "spec": None,
-                                "factory": None, "success_above": 0.0})
-    env = gym_env.make_single_env(env_cfg)
+    env = gym_env.make_single_env(compose(["experiment=minigrid", f"env.id={args.env}"]).env)
     rng = np.random.default_rng(0)
     train = [random_episode(env, rng, seed) for seed in range(12)]
     test = [random_episode(env, rng, 100 + seed)[0] for seed in range(3)]
