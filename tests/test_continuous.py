@@ -202,7 +202,9 @@ def test_sample_factorys_parts_refuse_what_they_cannot_do_in_one_line(overrides,
 def test_synchronous_collection_learns_from_the_newest_weights_only(tmp_path):
     """train.sync=true: every rollout acted with the weights of the update before it, so the learner
     reports a policy lag of 0 (read back from TensorBoard); here each env hands in two rollouts a
-    batch (2 actors x 2 envs, B=8). The value statistics count every step."""
+    batch (2 actors x 2 envs, B=8). The value statistics count every step. How many of the 12
+    updates' lags are logged depends on the schedule's ticks (a fast machine runs several updates
+    a tick; CI logged 2): each one logged is the last batch's, and must be 0."""
     run = tmp_path / "sync"
     done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=2", "envs_per_actor=2",
                        "num_steps=16", "batch_size=8", "train.sync=true", "agent.normalize_values=true",
@@ -210,6 +212,6 @@ def test_synchronous_collection_learns_from_the_newest_weights_only(tmp_path):
                        "train.log_interval=128", "train.num_eval_episodes=0", f"hydra.run.dir={run}"])
     assert done.returncode == 0, done.stderr[-3000:]
     lags = tensorboard_scalars(run, "charts/policy_lag")
-    assert len(lags) >= 3 and all(lag == 0 for lag in lags)
+    assert lags and all(lag == 0 for lag in lags)
     state = load_checkpoint(run / "checkpoints" / "latest.pt")
     assert state["updates"] == 12 and state["model"]["value_norm.count"].item() == 1 + 12 * 16 * 8
