@@ -82,8 +82,11 @@ def env_id(path: str | Path) -> str:
 
 @dataclass
 class Run:
-    """One run's curves: ``eval_steps``/``eval_hours``/``eval_returns`` per evaluation and
-    ``train_steps``/``train_hours``/``train_returns`` per finished training episode (``[n] float64``)."""
+    """One run's curves: ``eval_steps``/``eval_hours``/``eval_returns``/``eval_success`` per evaluation
+    and ``train_steps``/``train_hours``/``train_returns``/``train_success`` per finished training
+    episode (``[n] float64``). ``eval_success`` is the evaluation's ``eval/success_rate`` and
+    ``train_success`` is 1.0 for an episode whose return is above the run's ``env.success_above``,
+    else 0.0; both are NaN where the env has no ``success_above``."""
 
     name: str
     eval_steps: np.ndarray
@@ -92,6 +95,8 @@ class Run:
     train_steps: np.ndarray
     train_hours: np.ndarray
     train_returns: np.ndarray
+    eval_success: np.ndarray
+    train_success: np.ndarray
 
 
 def curves(path: str | Path, gap_minutes: float = 10.0) -> Run:
@@ -119,7 +124,13 @@ def curves(path: str | Path, gap_minutes: float = 10.0) -> Run:
         picked = [(r["agent_steps"], h, float(r[key])) for r, h in zip(records, hours, strict=True) if key in r]
         return tuple(np.array(picked, dtype=np.float64).reshape(-1, 3).T)
 
-    return Run(name(path), *series("eval/mean_return"), *series("charts/episodic_return"))
+    evals, train = series("eval/mean_return"), series("charts/episodic_return")
+    eval_success = np.array([float(r.get("eval/success_rate", math.nan)) for r in records if "eval/mean_return" in r],
+                            dtype=np.float64)
+    success_above = config(path)["env"].get("success_above")
+    train_success = (train[2] > success_above).astype(np.float64) if success_above is not None \
+        else np.full_like(train[2], math.nan)
+    return Run(name(path), *evals, *train, eval_success, train_success)
 
 
 def smooth(steps: np.ndarray, values: np.ndarray, window: float) -> np.ndarray:

@@ -25,12 +25,20 @@ draws every run's own evaluations (left) and smoothed training return (right, at
 against agent steps, one colour per setting, one line per run (runs stopped at
 a target end there: their curves are not averaged with the runs that go on).
 Its CSV: ``setting,run,kind,agent_steps,hours,value``.
+
+``--success`` draws the success rate instead of the return, for envs with ``env.success_above``
+(MiniGrid, the sparse chain): each evaluation's ``eval/success_rate``, and the share of training
+episodes whose return is above ``env.success_above``, smoothed over the same window:
+
+    python scripts/learning_curve.py --success --setting e3b docs/lab/runs/minigrid/dk16-e3b-*.csv.gz \
+        --out docs/lab/figures/doorkey16.png
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +88,17 @@ def train_points(runs: list[Run], window: float, num_points: int = 200) -> list[
     return points
 
 
+def as_success(run: Run, path: Path) -> Run:
+    """``run`` with its success rates in place of its returns (:class:`distrl.runs.Run`).
+
+    Raises:
+        ValueError: the run's env has no ``env.success_above`` (its success rates are NaN).
+    """
+    if np.isnan(run.train_success).all() and np.isnan(run.eval_success).all():
+        raise ValueError(f"{path}: the run's env has no env.success_above, so no success rate")
+    return dataclasses.replace(run, eval_returns=run.eval_success, train_returns=run.train_success)
+
+
 def _figure():
     """pyplot (the file backend) and a figure of two panels sharing the return axis."""
     import matplotlib
@@ -97,11 +116,12 @@ def _save(fig, title: str, out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
-def plot(points: list[dict], title: str, out: Path) -> None:
+def plot(points: list[dict], title: str, out: Path, success: bool = False) -> None:
     _, fig, axes = _figure()
     for ax, x_key, x_label, scale in ((axes[0], "agent_steps", "agent steps (millions)", 1e-6),
                                       (axes[1], "hours", "wall-clock hours", 1.0)):
-        for kind, label, style in (("train", "training return (smoothed)", "-"), ("eval", "eval mean return", "o-")):
+        for kind, label, style in (("train", f"training {quantity(success)} (smoothed)", "-"),
+                                   ("eval", f"eval {quantity(success)}", "o-")):
             pts = [p for p in points if p["kind"] == kind]
             if not pts:
                 continue
@@ -112,7 +132,7 @@ def plot(points: list[dict], title: str, out: Path) -> None:
             ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         ax.set_xlabel(x_label)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("episode return (raw score)")
+    axes[0].set_ylabel("success rate" if success else "episode return (raw score)")
     axes[0].legend(loc="lower right")
     _save(fig, title, out)
 
@@ -134,11 +154,15 @@ def compare_points(settings: list[tuple[str, list[Run]]], window: float, num_poi
     return points
 
 
-def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -> None:
+def quantity(success: bool) -> str:
+    return "success rate" if success else "return"
+
+
+def plot_compare(points: list[dict], labels: list[str], title: str, out: Path, success: bool = False) -> None:
     plt, fig, axes = _figure()
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, kind, name, style in ((axes[0], "eval", "eval mean return", "o-"),
-                                  (axes[1], "train", "training return (smoothed)", "-")):
+    for ax, kind, name, style in ((axes[0], "eval", f"eval {'success rate' if success else 'mean return'}", "o-"),
+                                  (axes[1], "train", f"training {quantity(success)} (smoothed)", "-")):
         for i, label in enumerate(labels):
             runs = sorted({p["run"] for p in points if p["setting"] == label})
             for j, run in enumerate(runs):
@@ -149,7 +173,7 @@ def plot_compare(points: list[dict], labels: list[str], title: str, out: Path) -
         ax.set_title(name)
         ax.set_xlabel("agent steps (millions)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("episode return")
+    axes[0].set_ylabel("success rate" if success else "episode return")
     axes[0].legend(loc="center left", fontsize=8)
     _save(fig, title, out)
 
@@ -165,6 +189,8 @@ def main() -> None:
     parser.add_argument("--gap-minutes", type=float, default=10.0, help="pauses longer than this are left out of "
                         "the wall-clock axis")
     parser.add_argument("--title", default=None, help="default: the env id and the number of runs")
+    parser.add_argument("--success", action="store_true", help="the success rate instead of the return (runs "
+                        "whose env has env.success_above)")
     args = parser.parse_args()
 
     if bool(args.runs) == bool(args.setting):
@@ -176,22 +202,32 @@ def main() -> None:
     if missing:
         parser.error(f"neither a run record nor a run directory with metrics.jsonl: {', '.join(missing)}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def read(path) -> Run:
+        run = distrl_runs.curves(path, args.gap_minutes)
+        if not args.success:
+            return run
+        try:
+            return as_success(run, path)
+        except ValueError as error:
+            parser.error(str(error))
+
     if args.setting:
-        settings = [(s[0], [distrl_runs.curves(r, args.gap_minutes) for r in s[1:]]) for s in args.setting]
+        settings = [(s[0], [read(r) for r in s[1:]]) for s in args.setting]
         points = compare_points(settings, args.window)
         if not points:
             parser.error("the runs have logged no episode returns or evaluations yet")
         first = Path(args.setting[0][1])
-        plot_compare(points, [label for label, _ in settings], args.title or _env_id(first), args.out)
+        plot_compare(points, [label for label, _ in settings], args.title or _env_id(first), args.out, args.success)
         _write_csv(args.out.with_suffix(".csv"), points, ["setting", "run", "kind", "agent_steps", "hours", "value"])
         print(f"wrote {args.out} and {args.out.with_suffix('.csv')}")
         return
-    runs = [distrl_runs.curves(r, args.gap_minutes) for r in args.runs]
+    runs = [read(r) for r in args.runs]
     if not any(len(r.eval_steps) or len(r.train_steps) for r in runs):
         parser.error("the runs have logged no episode returns or evaluations yet")
     points = eval_points(runs) + train_points(runs, args.window)
     title = args.title or f"{_env_id(args.runs[0])}, {len(runs)} run{'s' if len(runs) > 1 else ''}"
-    plot(points, title, args.out)
+    plot(points, title, args.out, args.success)
     csv_path = args.out.with_suffix(".csv")
     _write_csv(csv_path, points, ["kind", "agent_steps", "hours", "mean", "std", "runs"])
     print(f"wrote {args.out} and {csv_path}")

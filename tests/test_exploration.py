@@ -159,3 +159,44 @@ def test_the_exploration_table_gives_steps_to_the_target_against_none_on_the_sam
     assert re3.endswith("| not | 0.30 | 0.30 | 0.50 | 0.25 | 2,000 | inf |")
     assert rows[("none", agent, "1")].endswith("| 0.30M | 0.20M | 0.95 | 0.95 | 0.50 | 0.25 | 2,000 |  |")
     assert f"| **DoorKey-8x8** | **{e3b}** | {agent} | 1 of 2 solved | | median 0.30M |" in out
+
+
+def test_the_learning_curve_draws_success_rates_where_the_env_defines_success(tmp_path):
+    """scripts/learning_curve.py --success on run directories as distrl writes them: each
+    evaluation's eval/success_rate, and the share of training episodes above env.success_above
+    smoothed over the window; a run whose env has no success_above is refused with its path."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+    from conftest import REPO, compose_train
+    from omegaconf import OmegaConf
+
+    def run(name, overrides, records):
+        path = tmp_path / name
+        path.mkdir()
+        cfg = compose_train(overrides)
+        (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+        (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        return str(path)
+
+    def episode(step, ret):
+        return {"agent_steps": step, "time": step / 1000, "charts/episodic_return": ret, "charts/episodic_length": 9}
+
+    doorkey = run("dk", ["experiment=minigrid"], [
+        episode(100, 0.0), episode(200, 0.8), episode(300, 0.0), episode(400, 0.9),
+        {"agent_steps": 400, "time": 0.4, "eval/mean_return": 0.45, "eval/success_rate": 0.5}])
+    out = tmp_path / "dk.png"
+    script = [sys.executable, str(REPO / "scripts" / "learning_curve.py")]
+    subprocess.run([*script, "--success", "--window", "200", "--setting", "e3b", doorkey, "--out", str(out)],
+                   check=True, capture_output=True)
+    rows = [row.split(",") for row in out.with_suffix(".csv").read_text().splitlines()[1:]]
+    assert [float(r[5]) for r in rows if r[2] == "eval"] == [0.5]
+    train = [(float(r[3]), float(r[5])) for r in rows if r[2] == "train"]
+    assert train[0] == (100.0, 0.0) and train[-1] == (400.0, 0.5)  # episodes at 300 and 400: 1 of 2
+
+    cue = run("cue", ["experiment=image_cue"], [episode(100, 20.0)])
+    refused = subprocess.run([*script, "--success", cue, "--out", str(tmp_path / "cue.png")],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and f"{cue}: the run's env has no env.success_above" in refused.stderr
