@@ -116,6 +116,10 @@ def _save(fig, title: str, out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def quantity(success: bool) -> str:
+    return "success rate" if success else "return"
+
+
 def plot(points: list[dict], title: str, out: Path, success: bool = False) -> None:
     _, fig, axes = _figure()
     for ax, x_key, x_label, scale in ((axes[0], "agent_steps", "agent steps (millions)", 1e-6),
@@ -152,10 +156,6 @@ def compare_points(settings: list[tuple[str, list[Run]]], window: float, num_poi
                             "hours": float(h), "value": float(v)}
                            for s, h, v in zip(grid, hours, returns, strict=True)]
     return points
-
-
-def quantity(success: bool) -> str:
-    return "success rate" if success else "return"
 
 
 def plot_compare(points: list[dict], labels: list[str], title: str, out: Path, success: bool = False) -> None:
