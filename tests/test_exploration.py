@@ -121,28 +121,36 @@ def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
         validate(compose_train(["env=minigrid"]))
 
 
+def write_run(path: Path, overrides: list[str], records: list[dict]) -> str:
+    """A run directory as ``distrl train`` writes it, for the scripts that read runs: the composed
+    config of ``overrides`` (``config.yaml``) and ``records`` (``metrics.jsonl``)."""
+    import json
+
+    import yaml
+    from conftest import compose_train
+    from omegaconf import OmegaConf
+
+    path.mkdir()
+    cfg = compose_train(overrides)
+    (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return str(path)
+
+
 def test_the_exploration_table_gives_steps_to_the_target_against_none_on_the_same_seed(tmp_path):
     """scripts/exploration_table.py on run directories as distrl writes them: the first evaluation at
     or above the target, the last success rate and intrinsic share, and a module's steps over
     ``none``'s on its seed (inf where only ``none`` got there); then a row per setting."""
-    import json
     import subprocess
     import sys
 
-    import yaml
-    from conftest import REPO, compose_train
-    from omegaconf import OmegaConf
+    from conftest import REPO
 
     def run(name, overrides, evals):
-        path = tmp_path / name
-        path.mkdir()
-        cfg = compose_train(["experiment=minigrid", *overrides])
-        (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
         records = [{"agent_steps": step, "eval/mean_return": value} for step, value in evals]
         records.append({"agent_steps": evals[-1][0], "charts/SPS": 2000.0, "charts/success_rate": 0.5,
                         "charts/intrinsic_share": 0.25})
-        (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-        return str(path)
+        return write_run(tmp_path / name, ["experiment=minigrid", *overrides], records)
 
     paths = [run("none-s1", ["seed=1"], [(100_000, 0.2), (200_000, 0.91), (300_000, 0.95)]),
              run("e3b-s1", ["seed=1", "intrinsic=e3b"], [(100_000, 0.5), (300_000, 0.92)]),
@@ -165,26 +173,15 @@ def test_the_learning_curve_draws_success_rates_where_the_env_defines_success(tm
     """scripts/learning_curve.py --success on run directories as distrl writes them: each
     evaluation's eval/success_rate, and the share of training episodes above env.success_above
     smoothed over the window; a run whose env has no success_above is refused with its path."""
-    import json
     import subprocess
     import sys
 
-    import yaml
-    from conftest import REPO, compose_train
-    from omegaconf import OmegaConf
-
-    def run(name, overrides, records):
-        path = tmp_path / name
-        path.mkdir()
-        cfg = compose_train(overrides)
-        (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
-        (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-        return str(path)
+    from conftest import REPO
 
     def episode(step, ret):
         return {"agent_steps": step, "time": step / 1000, "charts/episodic_return": ret, "charts/episodic_length": 9}
 
-    doorkey = run("dk", ["experiment=minigrid"], [
+    doorkey = write_run(tmp_path / "dk", ["experiment=minigrid"], [
         episode(100, 0.0), episode(200, 0.8), episode(300, 0.0), episode(400, 0.9),
         {"agent_steps": 400, "time": 0.4, "eval/mean_return": 0.45, "eval/success_rate": 0.5}])
     out = tmp_path / "dk.png"
@@ -196,7 +193,7 @@ def test_the_learning_curve_draws_success_rates_where_the_env_defines_success(tm
     train = [(float(r[3]), float(r[5])) for r in rows if r[2] == "train"]
     assert train[0] == (100.0, 0.0) and train[-1] == (400.0, 0.5)  # episodes at 300 and 400: 1 of 2
 
-    cue = run("cue", ["experiment=image_cue"], [episode(100, 20.0)])
+    cue = write_run(tmp_path / "cue", ["experiment=image_cue"], [episode(100, 20.0)])
     refused = subprocess.run([*script, "--success", cue, "--out", str(tmp_path / "cue.png")],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and f"{cue}: the run's env has no env.success_above" in refused.stderr
