@@ -84,6 +84,21 @@ def compose_train(overrides: list[str]):
         return compose("train", overrides=overrides)
 
 
+def write_run(path: Path, overrides: list[str], records: list[dict]) -> str:
+    """A run directory as ``distrl train`` writes it, for the scripts that read runs: the composed
+    config of ``overrides`` (``config.yaml``) and ``records`` (``metrics.jsonl``)."""
+    import json
+
+    import yaml
+    from omegaconf import OmegaConf
+
+    path.mkdir()
+    cfg = compose_train(overrides)
+    (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return str(path)
+
+
 def assert_actor_holds(actor_state: dict, weights: dict) -> None:
     """Each tensor of the actor copy's ``state_dict`` is the one of ``weights`` (a learner's or a
     checkpoint's; it may hold more, e.g. an intrinsic value head) cast to the actor's dtype (bf16 for

@@ -9,11 +9,7 @@ import subprocess
 import sys
 
 import pytest
-import yaml
-from conftest import REPO
-from omegaconf import OmegaConf
-
-from distrl.config.compose import compose
+from conftest import REPO, write_run
 
 SCRIPT = REPO / "scripts" / "atari5.py"
 # CleanRL PPO's 10M scores, which the issue quotes at an Atari-5 estimate of about 70 %.
@@ -124,11 +120,7 @@ def test_the_screening_table_gives_a_runs_return_per_window_and_its_last_dormant
                 "dormant/convs.1": 0.3, "dormant/fc.1": 0.5, "rank/features": 87},
                {"agent_steps": 1400, "eval/mean_return": 4000.0}]
     for name, overrides in candidates.items():
-        run = tmp_path / name
-        run.mkdir()
-        cfg = compose(["env.id=ALE/BattleZone-v5", "seed=2", *overrides])
-        (run / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
-        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        write_run(tmp_path / name, ["env.id=ALE/BattleZone-v5", "seed=2", *overrides], records)
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "screening.py"),
                           *(str(tmp_path / name) for name in candidates), "--window", "500"],
                          capture_output=True, text=True, check=True).stdout

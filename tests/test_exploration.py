@@ -121,22 +121,6 @@ def test_minigrid_gives_its_view_as_uint8_cells_to_a_network_that_fits_it():
         validate(compose_train(["env=minigrid"]))
 
 
-def write_run(path: Path, overrides: list[str], records: list[dict]) -> str:
-    """A run directory as ``distrl train`` writes it, for the scripts that read runs: the composed
-    config of ``overrides`` (``config.yaml``) and ``records`` (``metrics.jsonl``)."""
-    import json
-
-    import yaml
-    from conftest import compose_train
-    from omegaconf import OmegaConf
-
-    path.mkdir()
-    cfg = compose_train(overrides)
-    (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))
-    (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    return str(path)
-
-
 def test_the_exploration_table_gives_steps_to_the_target_against_none_on_the_same_seed(tmp_path):
     """scripts/exploration_table.py on run directories as distrl writes them: the first evaluation at
     or above the target, the last success rate and intrinsic share, and a module's steps over
@@ -144,7 +128,7 @@ def test_the_exploration_table_gives_steps_to_the_target_against_none_on_the_sam
     import subprocess
     import sys
 
-    from conftest import REPO
+    from conftest import REPO, write_run
 
     def run(name, overrides, evals):
         records = [{"agent_steps": step, "eval/mean_return": value} for step, value in evals]
@@ -176,7 +160,7 @@ def test_the_learning_curve_draws_success_rates_where_the_env_defines_success(tm
     import subprocess
     import sys
 
-    from conftest import REPO
+    from conftest import REPO, write_run
 
     def episode(step, ret):
         return {"agent_steps": step, "time": step / 1000, "charts/episodic_return": ret, "charts/episodic_length": 9}
