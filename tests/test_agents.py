@@ -200,7 +200,7 @@ def test_pfo_adds_the_weighted_drift_of_the_encoders_preactivations_from_the_upd
         features = policy.learner.encoder(batch["obs"].flatten(0, 1))
     assert pre.shape == (T + 1, B, features.shape[-1])
     torch.testing.assert_close(torch.tanh(pre.flatten(0, 1)), features)  # the activation's input
-    plain, _ = _appo(["agent.num_epochs=2"])
+    plain, _ = _appo(["agent.num_epochs=2", "agent.pfo_coef=0"])
     moved = {**batch, OLD_PREACTIVATIONS: pre + 0.1}
     got, want = learner.optimizer_step.loss_of(moved, 0.01, 0.0), plain.optimizer_step.loss_of(batch, 0.01, 0.0)
     assert got.diagnostics["feature_drift"].item() == pytest.approx(0.01, rel=1e-4)

@@ -73,6 +73,16 @@ def test_defaults_follow_the_issue_and_the_paper():
     assert cartpole.env.kind == "gym" and cartpole.env.id == "CartPole-v1"
 
 
+def test_pfo_is_the_atari_default_and_the_presets_measured_without_it_keep_it_off():
+    """conf/agent/appo.yaml ships PFO (measured on Atari: docs/lab/atari5.md); the presets that
+    inherit it and were measured without it say 0, and IMPALA's one optimizer step a batch cannot
+    take it."""
+    assert compose_train([]).agent.pfo_coef == 1.0
+    assert compose_train(["env.id=ALE/Qbert-v5"]).agent.pfo_coef == 1.0
+    for preset in ("experiment=minigrid", "experiment=mujoco", "experiment=mujoco_1m", "agent=impala"):
+        assert compose_train([preset]).agent.pfo_coef == 0.0, preset
+
+
 def test_each_agent_brings_its_own_unroll_and_batch_and_the_command_line_still_wins():
     """T and B live with the loss (conf/agent/): IMPALA's 20 x 4, APPO's PPO sizing 32 x 32; a
     preset's and the command line's values beat the agent's."""
