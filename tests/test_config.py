@@ -75,11 +75,12 @@ def test_defaults_follow_the_issue_and_the_paper():
 
 def test_pfo_is_the_atari_default_and_the_presets_measured_without_it_keep_it_off():
     """conf/agent/appo.yaml ships PFO (measured on Atari: docs/lab/atari5.md); the presets that
-    inherit it and were measured without it say 0, and IMPALA's one optimizer step a batch cannot
-    take it."""
+    inherit it and were measured without it say 0 (the image diagnostic too: PFO slows its 50k agent
+    steps), and IMPALA's one optimizer step a batch cannot take it."""
     assert compose_train([]).agent.pfo_coef == 1.0
     assert compose_train(["env.id=ALE/Qbert-v5"]).agent.pfo_coef == 1.0
-    for preset in ("experiment=minigrid", "experiment=mujoco", "experiment=mujoco_1m", "agent=impala"):
+    for preset in ("experiment=minigrid", "experiment=mujoco", "experiment=mujoco_1m", "experiment=image_cue",
+                   "agent=impala"):
         assert compose_train([preset]).agent.pfo_coef == 0.0, preset
 
 

@@ -74,7 +74,8 @@ def final_eval(run_dir: Path) -> float:
 @pytest.mark.long
 @pytest.mark.timeout(900)
 def test_the_atari_defaults_solve_image_cue(tmp_path):
-    """The Atari model and agent defaults, through the real command: at least 90 % of the best
+    """The Atari model and agent defaults (without PFO: conf/experiment/image_cue.yaml), through the
+    real command: at least 90 % of the best
     return (18 of 20) after 50k agent steps; random play scores 3.3. The run takes about 1.5 minutes
     on 2 cores with bf16 and 5 on an AVX2-only EPYC in fp32 (130-230 agent steps/s in CI), so the
     guard against a hang is 14 minutes, not a speed limit.
