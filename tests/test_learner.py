@@ -240,10 +240,10 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
 @pytest.mark.long
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager_does(mode):
-    """``train.th_compile=true``: the learner network and APPO's loss compile into one graph (no
-    graph break, since the loss reads its config as plain values), whose update reports eager's
-    losses and leaves eager's weights, to float32's rounding; another entropy cost is no new graph.
-    In either ``train.compile_mode`` (on the CPU ``reduce-overhead`` has no CUDA graphs to make:
+    """``train.th_compile=true``: the learner network and APPO's loss (PFO's drift term with it, the
+    default) compile into one graph (no graph break, since the loss reads its config as plain
+    values), whose update reports eager's losses and leaves eager's weights, to float32's rounding;
+    another entropy cost is no new graph. In either ``train.compile_mode`` (on the CPU ``reduce-overhead`` has no CUDA graphs to make:
     tests/test_cuda.py checks them). About 20 s of compiling on 2 cores each."""
     from torch._dynamo.utils import counters
 
@@ -268,6 +268,8 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
         assert got[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-6), name
     for p, q in zip(compiled_policy.learner.parameters(), eager_policy.learner.parameters(), strict=True):
         torch.testing.assert_close(p, q)
-    compiled.optimizer_step.loss_of(next(compiled.plan.minibatches(batch)), 0.02, 0.0)  # a minibatch's shape
+    # a minibatch's shape, with what the plan adds before the first step (PFO's anchor: APPO's default)
+    prepared = compiled.plan.prepare(batch, compiled.optimizer_step.forward, 0.0)
+    compiled.optimizer_step.loss_of(next(compiled.plan.minibatches(prepared)), 0.02, 0.0)
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1
