@@ -381,7 +381,7 @@ def test_the_intrinsic_return_has_its_own_value_head_and_runs_on_past_an_episode
 def test_the_intrinsic_heads_loss_weighs_in_the_units_of_its_advantages():
     """The intrinsic head's values and targets come out times the coef, so its squared error is
     coef^2 times the one on the unit-scale return; on a minibatch of steps as on whole unrolls."""
-    learner, policy = _learner(["intrinsic=rnd", "agent=appo", "agent.value_clip=null"])
+    learner, policy = _learner(["intrinsic=rnd", "agent=appo", "agent.value_clip=null", "agent.pfo_coef=0"])
     bonus = torch.rand(3, 2, generator=torch.Generator().manual_seed(1))
     batch = {**on_policy_batch(policy), "intrinsic_reward": bonus}
     logits, values, _ = policy.learner(batch["obs"], batch["first"])
