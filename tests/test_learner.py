@@ -243,8 +243,9 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
     """``train.th_compile=true``: the learner network and APPO's loss (PFO's drift term with it, the
     default) compile into one graph (no graph break, since the loss reads its config as plain
     values), whose update reports eager's losses and leaves eager's weights, to float32's rounding;
-    another entropy cost is no new graph. In either ``train.compile_mode`` (on the CPU ``reduce-overhead`` has no CUDA graphs to make:
-    tests/test_cuda.py checks them). About 20 s of compiling on 2 cores each."""
+    another entropy cost is no new graph. In either ``train.compile_mode`` (on the CPU
+    ``reduce-overhead`` has no CUDA graphs to make: tests/test_cuda.py checks them). About 20 s of
+    compiling on 2 cores each."""
     from torch._dynamo.utils import counters
 
     def build(compile: bool) -> tuple[Learner, ActorLearner]:
