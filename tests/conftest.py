@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,8 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from distrl import runs
 from distrl.config.schema import config_dir, register_configs
@@ -87,11 +90,6 @@ def compose_train(overrides: list[str]):
 def write_run(path: Path, overrides: list[str], records: list[dict]) -> str:
     """A run directory as ``distrl train`` writes it, for the scripts that read runs: the composed
     config of ``overrides`` (``config.yaml``) and ``records`` (``metrics.jsonl``)."""
-    import json
-
-    import yaml
-    from omegaconf import OmegaConf
-
     path.mkdir()
     cfg = compose_train(overrides)
     (path / "config.yaml").write_text(yaml.safe_dump(OmegaConf.to_container(cfg, resolve=True)))

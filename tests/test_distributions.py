@@ -38,6 +38,14 @@ def fixed_batch(T=5, B=4, A=6, two_heads=False):
     return batch, logits, values
 
 
+def loss_config(agent: str):
+    """The composed config of ``agent`` ("appo" or "impala") whose loss these tests call on a fixed
+    batch's logits and values alone: APPO without PFO's term (it needs the encoder's features and the
+    plan's anchor; its own test is in tests/test_agents.py), as at 30df573; IMPALA at CartPole's."""
+    return compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala"
+                          else ["agent=appo", "agent.pfo_coef=0"])
+
+
 @pytest.mark.parametrize("agent", ["appo", "impala"])
 @pytest.mark.parametrize("two_heads", [False, True])
 def test_the_discrete_losses_are_those_of_30df573_bit_for_bit_and_their_gradients_to_the_last_bits(agent, two_heads):
@@ -45,9 +53,7 @@ def test_the_discrete_losses_are_those_of_30df573_bit_for_bit_and_their_gradient
     squared error is weighted by coef^2 (AgentLoss.unroll_targets), so its values' gradients are 0.25 times
     the reference's and the value term is smaller; everything else is 30df573's."""
     reference = torch.load(REFERENCE, weights_only=True)[f"{agent}-{'two' if two_heads else 'one'}"]
-    # APPO's loss as at 30df573: without PFO's term (its own test is in tests/test_agents.py)
-    cfg = compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala"
-                         else ["agent=appo", "agent.pfo_coef=0"])
+    cfg = loss_config(agent)
     batch, logits, values = fixed_batch(two_heads=two_heads)
     loss = make_loss(cfg.agent, ActionSpace("discrete", (6,)), value_heads=2 if two_heads else 1, intrinsic=two_heads)
     coef = 0.5 if two_heads else 0.0
@@ -164,8 +170,7 @@ def test_each_distributions_kl_is_torchs():
 
 @pytest.mark.parametrize("agent", ["appo", "impala"])
 def test_the_kl_penalty_adds_its_weight_times_the_mean_kl_to_the_behaviour_policy(agent):
-    cfg = compose_config([f"agent={agent}", "experiment=cartpole"] if agent == "impala"
-                         else ["agent=appo", "agent.pfo_coef=0"])  # a loss called without the encoder's features
+    cfg = loss_config(agent)
     batch, logits, values = fixed_batch()
     plain = make_loss(cfg.agent, ActionSpace("discrete", (6,)))(batch, Outputs(logits, values), 0.01)
     cfg.agent.kl_cost = 0.1
