@@ -176,6 +176,29 @@ def test_steps_minibatches_cover_every_step_once_an_epoch_on_targets_computed_on
     assert epochs[0] == epochs[1]
 
 
+def test_unshuffled_minibatches_are_the_same_contiguous_unrolls_every_epoch():
+    """agent.shuffle_minibatches=false (Sample Factory's): with steps, each minibatch is whole unrolls
+    taken in the batch's order, each unroll's steps in time order, and every epoch takes the same
+    minibatches in the same order; with unrolls, the columns in order."""
+    from distrl.learning.plan import Steps, Unrolls
+
+    T_, B_ = 4, 6
+    step_id = torch.arange(T_ + 1)[:, None] * 10 + torch.arange(B_)  # t x 10 + b
+    batch = {"action": step_id, "obs": step_id.float()}
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2):  # two epochs, the same parts
+        parts = Steps(3, shuffle=False).split(batch, generator)
+        assert [p["action"][0].tolist() for p in parts] == [
+            [t * 10 + b for b in (2 * k, 2 * k + 1) for t in range(T_)] for k in range(3)]
+        parts = Unrolls(3, shuffle=False).split(batch, generator)
+        assert [p["action"][0].tolist() for p in parts] == [[2 * k, 2 * k + 1] for k in range(3)]
+    shuffled = [p["action"][0].tolist() for p in Steps(3).split(batch, generator)]
+    assert sorted(sum(shuffled, [])) == sorted(step_id[:T_].reshape(-1).tolist())
+    assert shuffled != [p["action"][0].tolist() for p in Steps(3, shuffle=False).split(batch, generator)]
+    cfg = compose_train(["experiment=mujoco", "agent.shuffle_minibatches=false"])
+    assert not UpdatePlan.for_agent(cfg.agent, make_loss(cfg.agent, 2)).minibatches_of.shuffle
+
+
 def test_steps_minibatches_are_refused_with_an_lstm_and_where_they_do_not_divide_the_batch():
     from distrl.config.schema import ConfigError
     from distrl.config.validation import validate_config

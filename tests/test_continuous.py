@@ -181,6 +181,55 @@ def test_the_observation_clip_is_the_models():
     assert net.obs_norm.clip == 5.0 and net.obs_norm.normalize(torch.full((1, 3), 100.0)).max().item() == 5.0
 
 
+def test_torch_default_keeps_torchs_weights_and_zeroes_every_bias():
+    """model.init_fn=torch_default (Sample Factory's policy_initialization=torch_default): the weights
+    torch's own initialisation draws (as model.init_fn=default from the same seed), every bias 0."""
+    nets = {}
+    for init_fn in ("default", "torch_default"):
+        cfg = compose_train(["experiment=mujoco", f"model.init_fn={init_fn}"])
+        torch.manual_seed(3)
+        nets[init_fn] = ActorCritic((11,), ActionSpace("box", (), (-1.0,) * 3, (1.0,) * 3), cfg.model)
+    default, zeroed = (dict(nets[k].named_parameters()) for k in ("default", "torch_default"))
+    biases = [name for name in zeroed if name.endswith("bias")]
+    assert len(biases) == 6  # the actor's and the critic's two layers each, the policy and value heads
+    for name, value in zeroed.items():
+        if name in biases:
+            assert not value.any() and default[name].abs().min() > 0, name
+        else:
+            torch.testing.assert_close(value, default[name], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_a_box_action_reaches_the_env_clipped_or_raw_as_env_clip_actions_says(clip):
+    """env.clip_actions: the sample clipped to the Box's bounds (CleanRL's ClipAction) or sent as
+    sampled (Sample Factory's), in evaluation as in the actors (both call ActionSpace.to_env)."""
+    from distrl.nn.distributions import clips_actions
+    from distrl.runtime.evaluator import evaluate
+
+    cfg = compose_train(["experiment=mujoco", "env.id=Hopper-v4", f"env.clip_actions={clip}"])
+    assert clips_actions(cfg.env) is clip and clips_actions(compose_train([]).env)  # Atari: true
+    space = ActionSpace("box", (), (-1.0, -1.0), (1.0, 1.0))
+    sent = space.to_env(torch.tensor([[2.5, -0.5]]), clips_actions(cfg.env))
+    np.testing.assert_array_equal(sent, [[1.0, -0.5]] if clip else [[2.5, -0.5]])
+    # Hopper's control cost (1e-3 sum a^2) sees what was sent: a mean far outside the bounds costs more raw
+    net = ActorCritic((11,), ActionSpace.of(_hopper_action_space()), cfg.model)
+    with torch.no_grad():
+        net.policy.bias.fill_(3.0)
+        net.policy.weight.zero_()
+    result = evaluate(net, cfg.env, num_episodes=1, seed=0, deterministic=True)
+    clipped = evaluate(net, compose_train(["experiment=mujoco", "env.id=Hopper-v4"]).env, 1, seed=0,
+                       deterministic=True)
+    if clip:
+        assert result.returns == clipped.returns
+    else:
+        assert result.returns[0] < clipped.returns[0]
+
+
+def _hopper_action_space():
+    import gymnasium as gym
+    return gym.make("Hopper-v4").action_space
+
+
 @pytest.mark.parametrize(("overrides", "line"), [
     (["agent.normalize_values=true", "agent.minibatch=unrolls", "agent.num_minibatches=4"],
      "agent.normalize_values=True is not allowed: true only with agent.minibatch=steps"),

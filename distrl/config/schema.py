@@ -55,6 +55,7 @@ class GymEnvConfig:
     spec: str | None = MISSING  # set by the Python API: a gymnasium.make env's EnvSpec as JSON
     factory: str | None = MISSING  # set by the Python API: a zero-argument env factory, pickled (base64)
     success_above: float | None = MISSING  # an episode whose return is above this succeeded (charts/success_rate)
+    clip_actions: bool = MISSING  # Box actions: the env gets the sample clipped to its bounds (false: raw)
 
 
 @dataclass
@@ -85,6 +86,9 @@ class AgentConfig:
     # unrolls: whole unrolls, the targets recomputed on each; steps: single steps drawn at random,
     # on targets computed once per batch (distrl/learning/losses/base.py)
     minibatch: str = MISSING
+    # true: each epoch a new random order; false: the same contiguous slices every epoch, steps taken
+    # unroll by unroll (Sample Factory's shuffle_minibatches=False; distrl/learning/plan.py)
+    shuffle_minibatches: bool = MISSING
     normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each (mini)batch
     # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
@@ -120,7 +124,7 @@ class ModelConfig:
     encoder: str = MISSING  # nature_cnn | impala_resnet | minigrid_cnn | mlp
     feature_dim: int = MISSING
     hidden_dim: int = MISSING
-    init_fn: str = MISSING  # orthogonal | xavier_uniform | default
+    init_fn: str = MISSING  # orthogonal | xavier_uniform | default | torch_default (torch's weights, zero biases)
     use_lstm: bool = MISSING
     last_action_reward: bool = MISSING  # the previous action and reward as inputs beside the features
     layer_norm: bool = MISSING  # a LayerNorm before each activation of the encoder (not impala_resnet)

@@ -33,7 +33,7 @@ from distrl.envs import EnvSpec
 OPTIMIZERS = ("rmsprop", "adam")
 ENTROPY_SCHEDULES = ("constant", "linear")
 ENCODERS = ("nature_cnn", "impala_resnet", "minigrid_cnn", "mlp")
-INIT_FNS = ("orthogonal", "xavier_uniform", "default")
+INIT_FNS = ("orthogonal", "xavier_uniform", "default", "torch_default")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")  # torch.compile's modes (train.compile_mode)
 
 
@@ -243,7 +243,7 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
     check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
     check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
            agent.reward_clip, "null or a number > 0")
-    for key in ("normalize_returns", "normalize_values"):
+    for key in ("normalize_returns", "normalize_values", "shuffle_minibatches"):
         check(isinstance(agent[key], bool), f"agent.{key}", agent[key], "true or false")
     check(not agent.normalize_values or agent.minibatch == "steps", "agent.normalize_values", agent.normalize_values,
           "true only with agent.minibatch=steps (the value targets are normalised once per batch, before the "

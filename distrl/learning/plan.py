@@ -12,6 +12,13 @@ minibatches (CleanRL's ``for epoch: for minibatch:``):
   gave once for the whole batch before the first step (:meth:`~distrl.learning.losses.base.AgentLoss.batch_targets`,
   as PPO computes GAE once per rollout).
 
+With ``agent.shuffle_minibatches=false`` neither is permuted: the parts are the same contiguous slices
+every epoch, of the unrolls in the batch's order, or of the steps unroll by unroll (unroll 0's T
+steps, then unroll 1's, ...), so that a minibatch of steps is whole unrolls where the parts divide
+``B``: Sample Factory 2.1.1's ``shuffle_minibatches=False`` (``sample_factory/algo/learning/learner.py``,
+``_get_minibatches``: ``arange`` slices of its ``[trajectories x T]`` flattened batch), its MuJoCo
+recipe's choice.
+
 Computed once before the first step, with the network of the update's start and without gradient,
 each where the config asks for it: the step targets (``agent.minibatch=steps``) and PFO's anchor, the
 encoder's pre-activations (``agent.pfo_coef > 0``; :class:`~distrl.learning.losses.penalties.FeatureDrift`).
@@ -38,16 +45,18 @@ ROWS_T = (*BATCH_TARGETS, "intrinsic_reward")
 
 
 class Unrolls:
-    """Minibatches of whole unrolls: the ``B`` columns in a random order cut into ``parts`` equal parts
-    (validation makes them divide ``B``); one part is the batch itself."""
+    """Minibatches of whole unrolls: the ``B`` columns in a random order (with ``shuffle``, else in
+    order) cut into ``parts`` equal parts (validation makes them divide ``B``); one part is the batch
+    itself."""
 
-    def __init__(self, parts: int):
-        self.parts = parts
+    def __init__(self, parts: int, shuffle: bool = True):
+        self.parts, self.shuffle = parts, shuffle
 
     def split(self, batch: Batch, generator: torch.Generator) -> list[Batch]:
         if self.parts == 1:
             return [batch]
-        order = torch.randperm(batch["action"].shape[1], generator=generator)
+        unrolls = batch["action"].shape[1]
+        order = torch.randperm(unrolls, generator=generator) if self.shuffle else torch.arange(unrolls)
         # the unrolls' dimension: 0 of a per-slot scalar ([B]), 1 of every other key ([T+1, B, ...]
         # rows, [T, B] intrinsic rewards, the [1, B, H] LSTM state)
         return [{key: value.index_select(0 if key in SLOT_SCALARS else 1, part.to(value.device))
@@ -57,11 +66,12 @@ class Unrolls:
 
 class Steps:
     """Minibatches of single steps: the batch's ``T x B`` steps (rows ``0..T-1`` of every per-step key;
-    the slots' own keys left out) in a random order cut into ``parts`` equal parts (validation makes
-    them divide ``T x B``), each a ``[1, n]`` minibatch whose rows are steps."""
+    the slots' own keys left out) in a random order (with ``shuffle``; else unroll by unroll, each
+    unroll's steps in time order) cut into ``parts`` equal parts (validation makes them divide
+    ``T x B``), each a ``[1, n]`` minibatch whose rows are steps."""
 
-    def __init__(self, parts: int):
-        self.parts = parts
+    def __init__(self, parts: int, shuffle: bool = True):
+        self.parts, self.shuffle = parts, shuffle
 
     def split(self, batch: Batch, generator: torch.Generator) -> list[Batch]:
         steps = batch["action"].shape[0] - 1
@@ -72,7 +82,11 @@ class Steps:
             elif key not in ROWS_T:
                 continue  # one value per slot (policy_version, env_id): no step's
             flat[key] = value.reshape(steps * value.shape[1], *value.shape[2:])
-        order = torch.randperm(steps * batch["action"].shape[1], generator=generator)
+        unrolls = batch["action"].shape[1]
+        if self.shuffle:
+            order = torch.randperm(steps * unrolls, generator=generator)
+        else:  # flat index t x B + b, taken unroll by unroll
+            order = torch.arange(steps * unrolls).view(steps, unrolls).t().reshape(-1)
         return [{key: value.index_select(0, part.to(value.device)).unsqueeze(0) for key, value in flat.items()}
                 for part in order.chunk(self.parts)]
 
@@ -102,10 +116,11 @@ class UpdatePlan:
     @classmethod
     def for_agent(cls, agent: DictConfig, loss: AgentLoss) -> UpdatePlan:
         """The plan of the ``agent`` config node (``num_epochs``, ``num_minibatches``, ``minibatch``,
-        ``pfo_coef``)."""
+        ``shuffle_minibatches``, ``pfo_coef``)."""
         steps = agent.minibatch == "steps"
-        parts = int(agent.num_minibatches)
-        return cls(loss, int(agent.num_epochs), Steps(parts) if steps else Unrolls(parts), steps, agent.pfo_coef > 0)
+        parts, shuffle = int(agent.num_minibatches), bool(agent.shuffle_minibatches)
+        minibatches = Steps(parts, shuffle) if steps else Unrolls(parts, shuffle)
+        return cls(loss, int(agent.num_epochs), minibatches, steps, agent.pfo_coef > 0)
 
     def prepare(self, batch: Batch, forward: Callable[[Batch], Outputs], intrinsic_coef: float) -> Batch:
         """``batch`` with what is computed once before the first optimizer step, by ``forward`` (the

@@ -8,8 +8,9 @@
 - ``Box`` of rank 1: :class:`DiagGaussian`, a diagonal Gaussian whose mean is the policy head's output
   and whose log-std is a learned state-independent parameter (rllte's and CleanRL's
   ``ppo_continuous_action``); actions ``[D] float32``, the unclipped sample. The env gets it clipped to
-  the space's bounds (:meth:`ActionSpace.to_env`, CleanRL's ``ClipAction``); the sample is what is
-  stored and scored, so the density ratio of V-trace and PPO stays that of the policy that acted.
+  the space's bounds (:meth:`ActionSpace.to_env`, CleanRL's ``ClipAction``), or with
+  ``env.clip_actions=false`` the sample itself (Sample Factory's); the sample is what is stored and
+  scored, so the density ratio of V-trace and PPO stays that of the policy that acted.
 
 The policy head's output for one step is a vector of ``param_size`` floats, the *policy
 parameters*: the logits for the categoricals, ``[mean, log_std]`` for the Gaussian. The actors store
@@ -160,11 +161,12 @@ class ActionSpace:
         low, high = self._bound_tensors
         return low.to(device), high.to(device)
 
-    def to_env(self, actions: torch.Tensor) -> np.ndarray:
+    def to_env(self, actions: torch.Tensor, clip: bool = True) -> np.ndarray:
         """What the env is sent for the sampled ``actions [N, *action_shape]``: the same integers, or a
-        Box's actions clipped to its bounds (CleanRL's ``ClipAction``; infinite bounds clip nothing)."""
+        Box's actions clipped to its bounds with ``clip`` (CleanRL's ``ClipAction``; infinite bounds clip
+        nothing), else as sampled (``env.clip_actions=false``: :func:`clips_actions`)."""
         actions = actions.cpu().numpy()
-        if self.kind == "box":
+        if self.kind == "box" and clip:
             low, high = self._bound_arrays
             return np.clip(actions, low, high)
         return actions
@@ -178,6 +180,12 @@ class ActionSpace:
     @cached_property
     def _bound_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.tensor(self.low, dtype=torch.float32), torch.tensor(self.high, dtype=torch.float32)
+
+
+def clips_actions(env_cfg) -> bool:
+    """Whether a Box's sampled actions reach the env clipped to its bounds (``env.clip_actions``; true
+    where the env's config has no such key: Atari's, and runs saved before it existed)."""
+    return bool(env_cfg.get("clip_actions", True))
 
 
 class Categorical:

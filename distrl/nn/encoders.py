@@ -184,14 +184,19 @@ def make_encoder(obs_shape: tuple[int, ...], cfg: DictConfig) -> nn.Module:
 
 
 def init_weights(module: nn.Module, init_fn: str) -> None:
-    """Initialise Linear/Conv layers: orthogonal (gain sqrt 2), xavier_uniform, or default."""
+    """Initialise the Linear/Conv layers of ``module`` by ``init_fn``: ``orthogonal`` (gain sqrt 2) or
+    ``xavier_uniform`` weights, biases zero; ``default``, torch's own weights and biases (Kaiming-uniform
+    weights, uniform biases in +-1/sqrt(fan_in)), untouched; ``torch_default``, torch's own weights and
+    every bias zero, Sample Factory 2.1.1's ``policy_initialization=torch_default``
+    (``sample_factory/model/actor_critic.py``, ``initialize_weights``, which zeroes every bias whatever
+    the scheme)."""
     if init_fn == "default":
         return
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
             if init_fn == "orthogonal":
                 nn.init.orthogonal_(m.weight, gain=math.sqrt(2))
-            else:
+            elif init_fn == "xavier_uniform":
                 nn.init.xavier_uniform_(m.weight)
             nn.init.zeros_(m.bias)
 

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from distrl.envs import eval_seed, make_render_env, make_vector_env
 from distrl.nn.actor_critic import ActorCritic
+from distrl.nn.distributions import clips_actions
 from distrl.nn.precision import cast_matmul_weights
 from distrl.sampling.policy import AgentState, step_policy
 
@@ -69,6 +70,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
     num_envs = min(num_episodes, MAX_PARALLEL_ENVS)
     quota = np.array([num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)])
     env = make_vector_env(env_cfg, num_envs, num_threads=1)
+    clip = clips_actions(env_cfg)
     returns: list[float] = []
     lengths: list[int] = []
     try:
@@ -79,7 +81,7 @@ def evaluate(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, seed: i
         while quota.sum() > 0 and not stop():
             out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)), state, deterministic=deterministic,
                                  precision=precision)
-            obs, reward, terminated, truncated, _ = env.step(frozen.action_space.to_env(out["action"]))
+            obs, reward, terminated, truncated, _ = env.step(frozen.action_space.to_env(out["action"], clip))
             ended = terminated | truncated
             state.after_env_step(out["action"], reward, ended)
             episode_return += reward
@@ -110,6 +112,7 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
 
     frozen = inference_copy(model, device, precision)
     env = make_render_env(env_cfg)
+    clip = clips_actions(env_cfg)
     returns: list[float] = []
     lengths: list[int] = []
     writer = imageio.get_writer(video_path, fps=fps, codec="libx264", macro_block_size=1)
@@ -122,7 +125,7 @@ def record_episodes(model: ActorCritic, env_cfg: DictConfig, num_episodes: int, 
             while not ended:
                 out, _ = step_policy(frozen, torch.from_numpy(np.asarray(obs)).unsqueeze(0), state,
                                      deterministic=deterministic, precision=precision)
-                obs, reward, terminated, truncated, _ = env.step(frozen.action_space.to_env(out["action"])[0])
+                obs, reward, terminated, truncated, _ = env.step(frozen.action_space.to_env(out["action"], clip)[0])
                 ended = terminated or truncated
                 state.after_env_step(out["action"], [reward], [ended])
                 writer.append_data(env.render())

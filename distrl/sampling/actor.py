@@ -22,6 +22,7 @@ import torch
 
 from distrl.envs import env_seed, make_vector_env
 from distrl.intrinsic import ActorBonus
+from distrl.nn.distributions import clips_actions
 from distrl.sampling.context import ActorContext
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, final_values, step_policy
@@ -118,7 +119,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     slots = SlotWriter(actor_id, ctx, held, lambda: _should_stop(ctx))
     episodes = Episodes(actor_id, ctx)
     state = AgentState(model, ctx.num_envs)
-    space = model.action_space
+    space, clip = model.action_space, clips_actions(env_cfg)
     bonus = ctx.bonus.start(ctx.num_envs) if ctx.bonus is not None else None
     try:
         ids, obs = env.reset(ctx.seed)
@@ -133,7 +134,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
                 state.restore_core(ids_t, seen.core)
                 out = {**out, **step_policy(model, obs_t, state, ids_t, precision=ctx.precision)[0]}
                 slots.restage(ids, out)
-            env.send(space.to_env(out["action"]))  # a Box's sample clipped to its bounds; the sample is stored
+            env.send(space.to_env(out["action"], clip))  # clipped with env.clip_actions; the sample is stored
 
             ids, obs, reward, terminated, truncated, info = env.recv()
             if slots.waiting_for_first_step(ids):  # async stepping: the other half's reset observations
