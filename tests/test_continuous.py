@@ -4,6 +4,7 @@ statistics, the actors' discounted returns, a MuJoCo run trained, resumed and ev
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +172,45 @@ def test_value_targets_update_the_statistics_then_are_normalised_with_them():
     plain = ActorCritic((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model)
     batch = {"value_targets": targets}
     assert normalize_value_targets(plain, batch) is batch and plain.value_norm is None
+
+
+def test_the_critic_regresses_the_value_targets_normalised_with_the_statistics_they_updated():
+    """agent.normalize_values through Learner.update: the first optimizer step's value loss is
+    0.5 mean (V - clip((v - mean) / sqrt(var + 1e-5), -5, 5))^2, V the critic's (normalised) outputs and
+    v GAE's raw targets on the denormalised values, mean and var the statistics after merging those
+    targets (a prior of one sample of mean 0, variance 1). Raw targets of tens to hundreds against outputs near
+    0 (40 to 300): a learner that regressed the raw targets would report a loss thousands of times larger."""
+    from test_learner import learner_for
+
+    cfg = compose_train(["experiment=mujoco", "model.normalize_obs=false", "agent.value_clip=null",
+                         "agent.num_epochs=1", "agent.num_minibatches=1"])
+    T, B = 8, 4
+    space = ActionSpace("box", (), (-1.0, -1.0), (1.0, 1.0))
+    torch.manual_seed(0)
+    policy = ActorLearner((3,), space, cfg.model, value_norm=True)
+    policy.share_actor()
+    learner = learner_for(cfg, policy, steps_per_update=T * B)
+    g = torch.Generator().manual_seed(2)
+    obs = torch.randn(T + 1, B, 3, generator=g)
+    first = torch.zeros(T + 1, B, dtype=torch.bool)
+    with torch.no_grad():
+        params, values, _ = policy.learner(obs, first)
+    never = torch.zeros(T + 1, B, dtype=torch.bool)
+    batch = {"obs": obs, "first": first, "action": torch.randn(T + 1, B, 2, generator=g), "policy_params": params,
+             "baseline": values, "reward": 40 + 10 * torch.rand(T + 1, B, generator=g), "terminated": never,
+             "truncated": never, "truncation_value": torch.zeros(T + 1, B),
+             "policy_version": torch.zeros(B, dtype=torch.int64), "env_id": torch.arange(B)}
+    raw_values = values.clamp(-5, 5) * math.sqrt(1 + 1e-5)  # the prior's denormalisation: mean 0, var 1
+    stream = Stream(batch["reward"][:T], never[:T], never[:T], raw_values[:T], raw_values[T], torch.zeros(T, B))
+    targets = GAE(cfg.agent.discount, cfg.agent.trace_lambda)(torch.zeros(T, B), stream).targets.double()
+    n = T * B
+    mean = targets.sum() / (1 + n)
+    var = (1 + targets.var(correction=0) * n + targets.mean() ** 2 * n / (1 + n)) / (1 + n)
+    normalised = ((targets - mean) / torch.sqrt(var + 1e-5)).clamp(-5, 5).float()
+    losses = learner.update(batch)
+    assert targets.min() > 40  # raw targets far from the critic's outputs
+    assert losses["value"] == pytest.approx((0.5 * (values[:T] - normalised) ** 2).mean().item(), rel=1e-4)
+    torch.testing.assert_close(policy.learner.value_norm.mean, mean)
 
 
 def test_the_observation_clip_is_the_models():
