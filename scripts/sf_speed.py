@@ -1,6 +1,8 @@
 """Sample Factory and distrl end to end on one MuJoCo task, interleaved: each round runs Sample Factory's
 own recipe (scripts/sample_factory.sh) and then distrl's ``experiment=mujoco`` for the same number of env
 steps, one at a time on an otherwise idle machine, and times each from the command's start to its exit.
+Both sides run the same task id, the ``-v4`` one Sample Factory 2.1.1 names (its gymnasium 0.29.1 with
+mujoco 2.3.7; distrl's gymnasium registers the v4 ids beside v5, on its own mujoco).
 
     python scripts/sf_speed.py --steps 2000000 --rounds 2 --task HalfCheetah
 
@@ -47,7 +49,7 @@ def run_sample_factory(task: str, steps: int, seed: int, out: Path) -> tuple[flo
 
 def run_distrl(task: str, steps: int, seed: int, out: Path, overrides: list[str]) -> tuple[float, float]:
     start = time.time()
-    subprocess.run([sys.executable, "-m", "distrl", "train", "experiment=mujoco", f"env.id={task}-v5", f"seed={seed}",
+    subprocess.run([sys.executable, "-m", "distrl", "train", "experiment=mujoco", f"env.id={task}-v4", f"seed={seed}",
                     f"train.num_train_steps={steps}", *overrides, f"hydra.run.dir={out}"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     wall = time.time() - start
