@@ -92,6 +92,10 @@ HYDRA_FLAGS = {
     "cfg-hydra-resolve-tag": (["train", "--cfg", "hydra", "--resolve", "tag=x"], "_x\n"),
     "cfg-all-resolve": (["train", "--cfg", "all", "--resolve"], "  id: ALE/Pong-v5\n"),
     "p-agent": (["train", "--cfg", "job", "-p", "agent"], "# @package agent\nname: appo\n"),
+    "p-env-sf-keys": (["train", "-c", "job", "-p", "env", "experiment=mujoco", "env.id=Hopper-v4",
+                       "env.clip_actions=false", "agent.shuffle_minibatches=false", "model.init_fn=torch_default"],
+                      "id: Hopper-v4\nmax_episode_steps: null\nspec: null\nfactory: null\nsuccess_above: null\n"
+                      "clip_actions: false\n"),
     "package-agent": (["train", "--cfg", "job", "--package", "agent", "agent=impala"], "name: impala\n"),
     "info": (["train", "--info"], "Defaults List"),
     "info-defaults": (["train", "--info", "defaults"], "Defaults List"),
@@ -119,6 +123,9 @@ HYDRA_REFUSALS = {
     "eval-unknown-flag": (["eval", "--frobnicate"], "distrl eval: error: unrecognized arguments: --frobnicate"),
     "typo-key": (["train", "agnet=impala"], "distrl train: error: agnet is not a key of distrl train (did you mean "
                                             "agent?)"),
+    "bad-init-fn": (["train", "experiment=mujoco", "model.init_fn=zero"],
+                    "distrl train: error: model.init_fn='zero' is not allowed: orthogonal, xavier_uniform, default, "
+                    "torch_default"),
     "typo-option": (["train", "agent=imapla"], "distrl train: error: agent=imapla is not allowed: use one of appo, "
                                                "appo_minigrid, appo_mujoco, appo_mujoco_1m, impala "
                                                "(did you mean impala?)"),
