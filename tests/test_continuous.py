@@ -153,6 +153,13 @@ def test_an_estimator_on_normalised_values_gives_the_raw_targets(estimator):
     torch.testing.assert_close(got.targets, expected.targets, rtol=1e-4, atol=1e-3)
 
 
+def _merged_with_prior(samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and variance (float64) of ``samples`` merged with value_statistics()' prior, one sample of
+    mean 0 and variance 1, by Chan et al.'s formula written out."""
+    x, n = samples.double().reshape(-1), samples.numel()
+    return x.sum() / (1 + n), (1 + x.var(correction=0) * n + x.mean() ** 2 * n / (1 + n)) / (1 + n)
+
+
 def test_value_targets_update_the_statistics_then_are_normalised_with_them():
     cfg = compose_train(["experiment=mujoco"])
     net = ActorCritic((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model, value_norm=True)
@@ -162,11 +169,7 @@ def test_value_targets_update_the_statistics_then_are_normalised_with_them():
     everything = torch.cat([torch.zeros(1), targets.reshape(-1)]).double()  # the prior: one sample of 0 ...
     assert net.value_norm.count.item() == 1 + 16 * 8
     torch.testing.assert_close(net.value_norm.mean, everything.mean())
-    # ... of variance 1, merged with the batch's (Chan et al.)
-    batch_var, n = targets.double().var(correction=0), 16 * 8
-    mean = targets.double().mean()
-    expected_var = (1 + batch_var * n + mean**2 * n / (1 + n)) / (1 + n)
-    torch.testing.assert_close(net.value_norm.var, expected_var)
+    torch.testing.assert_close(net.value_norm.var, _merged_with_prior(targets)[1])
     expected = ((targets - net.value_norm.mean.float()) / torch.sqrt(net.value_norm.var.float() + 1e-5)).clamp(-5, 5)
     torch.testing.assert_close(seen["value_targets"], expected)
     plain = ActorCritic((3,), ActionSpace("box", (), (-1.0,), (1.0,)), cfg.model)
@@ -203,9 +206,7 @@ def test_the_critic_regresses_the_value_targets_normalised_with_the_statistics_t
     raw_values = values.clamp(-5, 5) * math.sqrt(1 + 1e-5)  # the prior's denormalisation: mean 0, var 1
     stream = Stream(batch["reward"][:T], never[:T], never[:T], raw_values[:T], raw_values[T], torch.zeros(T, B))
     targets = GAE(cfg.agent.discount, cfg.agent.trace_lambda)(torch.zeros(T, B), stream).targets.double()
-    n = T * B
-    mean = targets.sum() / (1 + n)
-    var = (1 + targets.var(correction=0) * n + targets.mean() ** 2 * n / (1 + n)) / (1 + n)
+    mean, var = _merged_with_prior(targets)
     normalised = ((targets - mean) / torch.sqrt(var + 1e-5)).clamp(-5, 5).float()
     losses = learner.update(batch)
     assert targets.min() > 40  # raw targets far from the critic's outputs
@@ -243,7 +244,7 @@ def test_torch_default_keeps_torchs_weights_and_zeroes_every_bias():
 def test_a_box_action_reaches_the_env_clipped_or_raw_as_env_clip_actions_says(clip):
     """env.clip_actions: the sample clipped to the Box's bounds (CleanRL's ClipAction) or sent as
     sampled (Sample Factory's), in evaluation as in the actors (both call ActionSpace.to_env)."""
-    from distrl.nn.distributions import clips_actions
+    from distrl.envs import clips_actions
     from distrl.runtime.evaluator import evaluate
 
     cfg = compose_train(["experiment=mujoco", "env.id=Hopper-v4", f"env.clip_actions={clip}"])
@@ -252,7 +253,7 @@ def test_a_box_action_reaches_the_env_clipped_or_raw_as_env_clip_actions_says(cl
     sent = space.to_env(torch.tensor([[2.5, -0.5]]), clips_actions(cfg.env))
     np.testing.assert_array_equal(sent, [[1.0, -0.5]] if clip else [[2.5, -0.5]])
     # Hopper's control cost (1e-3 sum a^2) sees what was sent: a mean far outside the bounds costs more raw
-    net = ActorCritic((11,), ActionSpace.of(_hopper_action_space()), cfg.model)
+    net = ActorCritic((11,), ActionSpace("box", (), (-1.0,) * 3, (1.0,) * 3), cfg.model)  # Hopper's 3 controls
     with torch.no_grad():
         net.policy.bias.fill_(3.0)
         net.policy.weight.zero_()
@@ -263,11 +264,6 @@ def test_a_box_action_reaches_the_env_clipped_or_raw_as_env_clip_actions_says(cl
         assert result.returns == clipped.returns
     else:
         assert result.returns[0] < clipped.returns[0]
-
-
-def _hopper_action_space():
-    import gymnasium as gym
-    return gym.make("Hopper-v4").action_space
 
 
 @pytest.mark.parametrize(("overrides", "line"), [

@@ -67,6 +67,13 @@ def make_vector_env(env_cfg: DictConfig, num_envs: int, num_threads: int = 1, as
     return gym_env.make_vector_env(env_cfg, num_envs)
 
 
+def clips_actions(env_cfg: DictConfig | dict) -> bool:
+    """Whether a Box's sampled actions reach the env clipped to its bounds (``env.clip_actions`` of the
+    ``env`` node or its plain dict; true where it has no such key: Atari's, whose actions are discrete,
+    and the configs of runs saved before the key existed)."""
+    return bool(env_cfg.get("clip_actions", True))
+
+
 def make_render_env(env_cfg: DictConfig):
     """One environment, preprocessed as in training, whose ``render()`` gives RGB frames
     ``[H, W, 3] uint8`` (for videos). Atari goes through Gymnasium's wrappers here."""

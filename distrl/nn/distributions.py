@@ -164,7 +164,7 @@ class ActionSpace:
     def to_env(self, actions: torch.Tensor, clip: bool = True) -> np.ndarray:
         """What the env is sent for the sampled ``actions [N, *action_shape]``: the same integers, or a
         Box's actions clipped to its bounds with ``clip`` (CleanRL's ``ClipAction``; infinite bounds clip
-        nothing), else as sampled (``env.clip_actions=false``: :func:`clips_actions`)."""
+        nothing), else as sampled (``env.clip_actions=false``: :func:`distrl.envs.clips_actions`)."""
         actions = actions.cpu().numpy()
         if self.kind == "box" and clip:
             low, high = self._bound_arrays
@@ -180,12 +180,6 @@ class ActionSpace:
     @cached_property
     def _bound_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.tensor(self.low, dtype=torch.float32), torch.tensor(self.high, dtype=torch.float32)
-
-
-def clips_actions(env_cfg) -> bool:
-    """Whether a Box's sampled actions reach the env clipped to its bounds (``env.clip_actions``; true
-    where the env's config has no such key: Atari's, and runs saved before it existed)."""
-    return bool(env_cfg.get("clip_actions", True))
 
 
 class Categorical:

@@ -17,9 +17,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from distrl.envs import eval_seed, make_render_env, make_vector_env
+from distrl.envs import clips_actions, eval_seed, make_render_env, make_vector_env
 from distrl.nn.actor_critic import ActorCritic
-from distrl.nn.distributions import clips_actions
 from distrl.nn.precision import cast_matmul_weights
 from distrl.sampling.policy import AgentState, step_policy
 

@@ -20,9 +20,8 @@ import traceback
 import numpy as np
 import torch
 
-from distrl.envs import env_seed, make_vector_env
+from distrl.envs import clips_actions, env_seed, make_vector_env
 from distrl.intrinsic import ActorBonus
-from distrl.nn.distributions import clips_actions
 from distrl.sampling.context import ActorContext
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, final_values, step_policy
