@@ -123,9 +123,6 @@ HYDRA_REFUSALS = {
     "eval-unknown-flag": (["eval", "--frobnicate"], "distrl eval: error: unrecognized arguments: --frobnicate"),
     "typo-key": (["train", "agnet=impala"], "distrl train: error: agnet is not a key of distrl train (did you mean "
                                             "agent?)"),
-    "bad-init-fn": (["train", "experiment=mujoco", "model.init_fn=zero"],
-                    "distrl train: error: model.init_fn='zero' is not allowed: orthogonal, xavier_uniform, default, "
-                    "torch_default"),
     "typo-option": (["train", "agent=imapla"], "distrl train: error: agent=imapla is not allowed: use one of appo, "
                                                "appo_minigrid, appo_mujoco, appo_mujoco_1m, impala "
                                                "(did you mean impala?)"),

@@ -197,6 +197,7 @@ BAD = [
     (["train.init_model_path=/no/such/file.pt"], "train.init_model_path"),
     (["train.stall_timeout=0"], "train.stall_timeout"),
     (["agent.estimator=td"], "agent.estimator"),
+    (["experiment=mujoco", "model.init_fn=zero"], "model.init_fn"),
     (["train.max_actor_restarts=-1"], "train.max_actor_restarts"),
     (["train.max_nonfinite_updates=0"], "train.max_nonfinite_updates"),
     (["train.th_compile=true", "train.compile_mode=fast"], "train.compile_mode"),

@@ -240,30 +240,27 @@ def test_torch_default_keeps_torchs_weights_and_zeroes_every_bias():
             torch.testing.assert_close(value, default[name], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("clip", [True, False])
-def test_a_box_action_reaches_the_env_clipped_or_raw_as_env_clip_actions_says(clip):
+def test_a_box_action_reaches_the_env_clipped_or_raw_as_env_clip_actions_says():
     """env.clip_actions: the sample clipped to the Box's bounds (CleanRL's ClipAction) or sent as
     sampled (Sample Factory's), in evaluation as in the actors (both call ActionSpace.to_env)."""
     from distrl.envs import clips_actions
     from distrl.runtime.evaluator import evaluate
 
-    cfg = compose_train(["experiment=mujoco", "env.id=Hopper-v4", f"env.clip_actions={clip}"])
-    assert clips_actions(cfg.env) is clip and clips_actions(compose_train([]).env)  # Atari: true
-    space = ActionSpace("box", (), (-1.0, -1.0), (1.0, 1.0))
-    sent = space.to_env(torch.tensor([[2.5, -0.5]]), clips_actions(cfg.env))
-    np.testing.assert_array_equal(sent, [[1.0, -0.5]] if clip else [[2.5, -0.5]])
+    envs = {clip: compose_train(["experiment=mujoco", "env.id=Hopper-v4", f"env.clip_actions={clip}"]).env
+            for clip in (True, False)}
+    assert clips_actions(envs[True]) and not clips_actions(envs[False]) and clips_actions(compose_train([]).env)
+    space = ActionSpace("box", (), (-1.0,) * 3, (1.0,) * 3)  # Hopper's 3 controls
+    sent = {clip: space.to_env(torch.tensor([[2.5, -0.5, 0.0]]), clips_actions(env)) for clip, env in envs.items()}
+    np.testing.assert_array_equal(sent[True], [[1.0, -0.5, 0.0]])
+    np.testing.assert_array_equal(sent[False], [[2.5, -0.5, 0.0]])
     # Hopper's control cost (1e-3 sum a^2) sees what was sent: a mean far outside the bounds costs more raw
-    net = ActorCritic((11,), ActionSpace("box", (), (-1.0,) * 3, (1.0,) * 3), cfg.model)  # Hopper's 3 controls
+    net = ActorCritic((11,), space, compose_train(["experiment=mujoco"]).model)
     with torch.no_grad():
         net.policy.bias.fill_(3.0)
         net.policy.weight.zero_()
-    result = evaluate(net, cfg.env, num_episodes=1, seed=0, deterministic=True)
-    clipped = evaluate(net, compose_train(["experiment=mujoco", "env.id=Hopper-v4"]).env, 1, seed=0,
-                       deterministic=True)
-    if clip:
-        assert result.returns == clipped.returns
-    else:
-        assert result.returns[0] < clipped.returns[0]
+    returns = {clip: evaluate(net, env, num_episodes=1, seed=0, deterministic=True).returns[0]
+               for clip, env in envs.items()}
+    assert returns[False] < returns[True]
 
 
 @pytest.mark.parametrize(("overrides", "line"), [
