@@ -149,7 +149,7 @@ def test_a_synchronous_actor_acts_each_batch_with_the_weights_of_the_update_befo
             with torch.no_grad():  # the learner's update: new weights, then the new version
                 for p in policy.actor.parameters():
                     p.add_(0.1 * torch.randn_like(p))
-            channels.policy_version.value = version + 1
+            channels.policy_version.publish(version + 1)
     finally:
         channels.stop_event.set()
         thread.join(timeout=30)
@@ -161,3 +161,43 @@ def _act_catching(actor_ctx, errors: list) -> None:
         act(0, actor_ctx, [])
     except BaseException as exc:  # Stopped ends the loop
         errors.append(exc)
+
+
+def test_a_new_per_step_quantity_is_its_declaration_and_its_writer(monkeypatch):
+    """A made-up per-step quantity (each observation's norm) needs two edits: its declaration
+    (distrl.rollout) and the part that writes it (here the policy step's output, as
+    distrl.sampling.policy.step_policy would give it). The real actor stores it, the slots gather it,
+    both kinds of minibatches carry it row for row with the observations, and a loss reads it."""
+    from distrl.learning.plan import Steps, Unrolls
+    from distrl.rollout import KEYS, BatchKey, Rows, Writer, declare
+    from distrl.sampling import actor as actor_module
+
+    monkeypatch.setattr("distrl.rollout.KEYS", dict(KEYS))  # the declaration, undone after the test
+    declare(BatchKey("obs_norm", Rows.T_PLUS_1, Writer.ACTING, (), torch.float32, doc="|x_t|"))
+    step_policy = actor_module.step_policy
+
+    def with_norm(model, obs, *args, **kwargs):  # the writer: one more entry of the policy's output
+        out, seen = step_policy(model, obs, *args, **kwargs)
+        return {**out, "obs_norm": obs.float().norm(dim=-1)}, seen
+
+    monkeypatch.setattr(actor_module, "step_policy", with_norm)
+    _, pool, channels, actor_ctx = one_actor(["experiment=mujoco", "env.id=Pendulum-v1"], 4 * N_ENVS)
+    assert "obs_norm" in pool.tensors
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _act_catching(actor_ctx, errors), daemon=True)
+    thread.start()
+    try:
+        full = [pool.full_queue.get(timeout=60) for _ in range(2 * N_ENVS)]
+    finally:
+        channels.stop_event.set()
+        thread.join(timeout=30)
+    batch = pool.gather(full, torch.device("cpu"))
+    assert batch["obs_norm"].shape == (T + 1, 2 * N_ENVS)
+
+    def loss(minibatch):  # a loss that reads the new key: 0 when it lines up with the observations
+        return (minibatch["obs_norm"] - minibatch["obs"].norm(dim=-1)).abs().max()
+
+    generator = torch.Generator().manual_seed(0)
+    for minibatches in (Steps(4), Unrolls(2)):
+        for minibatch in minibatches.split(batch, generator):
+            assert loss(minibatch) < 1e-5

@@ -16,7 +16,7 @@ from distrl.config.host import max_indices
 from distrl.learning.batches import BatchSource
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
-from distrl.sampling.queues import PIPE_BUF, IndexQueue, MessageQueue, SharedValue, drain
+from distrl.sampling.queues import PIPE_BUF, IndexQueue, MessageQueue, PolicyVersion, SharedValue, drain
 from distrl.sampling.slots import Slots
 
 CTX = multiprocessing.get_context("fork")  # children that run no torch code: fork is fast
@@ -143,3 +143,46 @@ def test_a_prefetching_threads_error_is_raised_in_the_learner_thread():
     source.close()
     slots.close()
 
+
+
+def _wait_for_version(version, seconds):
+    seconds[0] = float(version.wait_past(0, 1, timeout=10))
+    seconds[1] = time.monotonic()
+
+
+def test_a_waiting_actor_wakes_when_the_version_is_published_and_a_dead_ones_pipe_never_blocks():
+    """Synchronous collection's barrier (PolicyVersion): an actor process asleep on its pipe wakes at
+    the publication, not at a poll; a wait times out with False; publications nobody reads (a dead
+    actor's pipe full) never block the learner."""
+    version = PolicyVersion(CTX, num_actors=2)
+    assert not version.wait_past(0, 0, timeout=0.1)
+    woke = torch.zeros(2, dtype=torch.float64).share_memory_()
+    child = CTX.Process(target=_wait_for_version, args=(version, woke))
+    child.start()
+    time.sleep(0.5)
+    assert child.is_alive()  # asleep: the version is 0
+    published = time.monotonic()
+    version.publish(1)
+    child.join(timeout=5)
+    assert woke[0] == 1.0 and woke[1] - published < 0.2
+    start = time.monotonic()
+    for value in range(2, 20_000):  # actor 0 never reads: its pipe fills
+        version.publish(value)
+    assert time.monotonic() - start < 10 and version.value == 19_999
+    assert version.wait_past(5, 0, timeout=0) and version.wait_past(19_998, 1, timeout=0)
+    version.close()
+
+
+def test_an_undeclared_batch_key_is_refused_with_its_name():
+    """A key a learner adds to a batch without declaring it (distrl.rollout.KEYS) stops the split into
+    minibatches with its name; it was once dropped from minibatches of steps without a word."""
+    from distrl.learning.plan import Steps, Unrolls
+    from distrl.rollout import UndeclaredKeyError
+
+    batch = {"action": torch.zeros(4, 2, dtype=torch.int64), "obs": torch.zeros(4, 2, 3),
+             "my_quantity": torch.zeros(3, 2)}
+    for minibatches in (Steps(2), Unrolls(2)):
+        with pytest.raises(UndeclaredKeyError, match="'my_quantity' is not declared"):
+            minibatches.split(batch, torch.Generator())
+    del batch["my_quantity"]
+    assert [m["obs"].shape for m in Steps(2).split(batch, torch.Generator())] == [(1, 3, 3), (1, 3, 3)]

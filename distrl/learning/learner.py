@@ -203,7 +203,7 @@ def make_learner(net: ActorLearner, optimizer: torch.optim.Optimizer, schedule: 
     """
     loss = make_loss(agent, net.learner.action_space, value_heads=1 if net.learner.intrinsic_baseline is None else 2,
                      intrinsic=intrinsic is not None, pretraining=pretraining, value_norm=net.learner.value_norm)
-    forward = NetworkForward(net.learner, precision, device, preactivations=loss.pfo_coef > 0)
+    forward = NetworkForward(net.learner, precision, device, preactivations=loss.reads_preactivations)
     optimizer_step = make_step(forward, loss, optimizer, agent.max_grad_norm, ranks or Ranks(),
                                compile_mode if compile else None, split, user.loss)
     return Learner(net, optimizer_step, UpdatePlan.for_agent(agent, loss), schedule, intrinsic, user.around_update)

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from distrl.config.placement import Placement
-from distrl.rollout import SLOT_SCALARS
+from distrl.rollout import declared
 
 Forward = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]
 LossOf = Callable[..., tuple]
@@ -58,9 +58,10 @@ class SplitStep:
                 the encoder's pre-activations, each ``[rows, b, ...]`` with ``b`` the part's width.
             loss_of: the agent's loss of the whole batch from the joined outputs (a
                 :class:`distrl.learning.losses.LossTerms`, or a tuple whose first term is the total).
-            batch: a ``[rows, B]`` (mini)batch; every key but the slots' scalars (``policy_version``,
-                ``env_id``: ``[B]``, unused by the network) is split along dim 1, as views
-                (``[rows, B, ...]``, and ``core_h``/``core_c`` ``[1, B, H]``).
+            batch: a ``[rows, B]`` (mini)batch; every key whose unrolls are its dim 1 (all but a number
+                per unroll, ``policy_version`` and ``env_id``: ``[B]``, unused by the network;
+                :data:`distrl.rollout.KEYS`) is split along dim 1, as views (``[rows, B, ...]``, and
+                ``core_h``/``core_c`` ``[1, B, H]``).
             parameters: the learner network's parameters, whose gradients are set.
 
         Returns:
@@ -68,7 +69,7 @@ class SplitStep:
         """
         width = batch["obs"].shape[1]
         bounds = _bounds(width, min(self.parts, width))
-        pieces = [{key: value[:, start:stop] for key, value in batch.items() if key not in SLOT_SCALARS}
+        pieces = [{key: value[:, start:stop] for key, value in batch.items() if declared(key).unroll_dim == 1}
                   for start, stop in bounds]
         outputs = list(self.pool.map(forward, pieces))
         joined = [torch.cat([out[i].detach() for out in outputs], dim=1).requires_grad_()

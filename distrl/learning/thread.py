@@ -101,7 +101,7 @@ def _learn(learner: Learner, batch: Batch, stats: LearnerStats, policy_version, 
         lag = learner.updates - batch.tensors["policy_version"].float().mean().item()
         losses = dict(learner.update(batch.tensors, stop))
         losses.setdefault("finite", True)
-        policy_version.value = learner.position.policy_version
+        policy_version.publish(learner.position.policy_version)
         publish_seconds = losses.pop("publish_seconds", 0.0)
         with stats.lock:
             stats.policy_lag = lag

@@ -1,6 +1,6 @@
 """Kill-safe queues and shared numbers between the trainer and its actor processes: the slot index
 queues of :class:`distrl.sampling.slots.Slots`, the episode, error and log queues, the stop
-flag, the policy version.
+flag, the policy version and its publication to the actors that wait for it.
 
 ``multiprocessing.Queue`` is unsafe against ``SIGKILL``: a blocking ``get`` holds a lock for
 as long as it waits, ``put`` hands its item to a feeder thread that writes it later, and every lock
@@ -183,6 +183,57 @@ class SharedValue:
 
     def is_set(self) -> bool:
         return bool(self.tensor[0])
+
+
+class PolicyVersion(SharedValue):
+    """The policy version (the learner's updates so far) in shared memory, and its publication: a
+    wake-up pipe per actor, so that an actor of synchronous collection sleeps until the learner
+    publishes new weights instead of polling the number (:meth:`wait_past`).
+
+    :meth:`publish` sets the number, then writes one byte to every actor's pipe without blocking (a
+    pipe full of unread wake-ups, a dead actor's, is left as it is: one is enough to wake). A waiter
+    reads the number, and only while it is not yet past the version waits on its pipe, so a wake-up
+    is never missed; it then empties the pipe. As every queue here, no lock is held between system
+    calls (a killed actor leaves nothing held).
+
+    Args:
+        ctx: a ``multiprocessing`` context.
+        num_actors: the actors that may wait (actor ids ``0..num_actors-1``).
+        value: the version to start at.
+    """
+
+    def __init__(self, ctx, num_actors: int, value: int = 0):
+        super().__init__(value)
+        self.wakeups = [_Pipe(ctx, 4096) for _ in range(num_actors)]
+        for pipe in self.wakeups:
+            os.set_blocking(pipe._writer.fileno(), False)
+
+    def publish(self, value: int) -> None:
+        """Set the version to ``value`` and wake every actor waiting for it."""
+        self.value = value
+        for pipe in self.wakeups:
+            try:
+                os.write(pipe._writer.fileno(), b"\x01")
+            except BlockingIOError:  # full of wake-ups nobody read: enough to wake its reader
+                pass
+
+    def wait_past(self, version: int, actor_id: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until the version is past ``version``; whether it is."""
+        pipe = self.wakeups[actor_id]
+        deadline = time.monotonic() + timeout
+        while self.value <= version:
+            if not pipe._wait(deadline):
+                return self.value > version
+            try:
+                os.read(pipe._reader.fileno(), 4096)
+            except BlockingIOError:  # emptied already
+                pass
+        return True
+
+    def close(self) -> None:
+        """Close this process's ends of the wake-up pipes."""
+        for pipe in self.wakeups:
+            pipe.close()
 
 
 def drain(q) -> list:

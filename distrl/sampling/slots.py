@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from distrl.rollout import RolloutLayout
-from distrl.sampling.queues import IndexQueue, MessageQueue, SharedValue, drain
+from distrl.rollout import RolloutLayout, declared
+from distrl.sampling.queues import IndexQueue, MessageQueue, PolicyVersion, SharedValue, drain
 
 
 @dataclass
@@ -36,7 +36,8 @@ class Channels:
         error_queue: an actor's exception as ``(actor_id, traceback text)``.
         log_queue: the actors' log records (:mod:`distrl.sampling.logs` writes them to ``actors.log``).
         stop_event: set by the trainer to stop every actor.
-        policy_version: learner updates so far.
+        policy_version: learner updates so far, published to the actors that wait for it
+            (:class:`distrl.sampling.queues.PolicyVersion`).
         heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
     """
 
@@ -47,7 +48,7 @@ class Channels:
     error_queue: MessageQueue
     log_queue: MessageQueue
     stop_event: SharedValue
-    policy_version: SharedValue
+    policy_version: PolicyVersion
     heartbeat: torch.Tensor
 
     @classmethod
@@ -55,11 +56,14 @@ class Channels:
         """The channels of a :class:`Slots` ``slots`` (its slot queues
         and ``owner``) for ``num_actors`` actors, with new message queues and shared values."""
         return cls(slots.free_queue, slots.full_queue, slots.owner, MessageQueue(mp_context),
-                   MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0), SharedValue(policy_version),
+                   MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0),
+                   PolicyVersion(mp_context, num_actors, policy_version),
                    torch.zeros(num_actors, dtype=torch.float64).share_memory_())
 
     def close(self) -> None:
-        """Close this process's ends of the message queues (the slot queues belong to :class:`Slots`)."""
+        """Close this process's ends of the message queues and the version's pipes (the slot queues
+        belong to :class:`Slots`)."""
+        self.policy_version.close()
         self.episode_queue.close()
         self.error_queue.close()
         self.log_queue.close()
@@ -105,15 +109,16 @@ class Slots:
     def gather(self, indices: Sequence[int], device: torch.device) -> dict[str, torch.Tensor]:
         """Copy the slots ``indices`` into a time-major batch on ``device``.
 
-        Time-indexed keys come back as contiguous ``[T+1, B, ...]``, the LSTM state as
-        ``[1, B, H]`` (the layout ``nn.LSTM`` takes) and ``policy_version`` as ``[B]``.
-        Each slot is one memcpy into a preallocated batch (pinned, then copied
-        non-blocking, on CUDA); ``index_select`` is several times slower on uint8 images.
+        Each key as :data:`distrl.rollout.KEYS` declares its rows: a row per step as contiguous
+        ``[T+1, B, ...]``, the LSTM state as ``[1, B, H]`` (the layout ``nn.LSTM`` takes), a number per
+        unroll (``policy_version``, ``env_id``) as ``[B]``. Each slot is one memcpy into a preallocated
+        batch (pinned, then copied non-blocking, on CUDA); ``index_select`` is several times slower on
+        uint8 images.
         """
         pin = device.type == "cuda"
         batch = {}
         for key, tensor in self.tensors.items():
-            if tensor.dim() >= 2:
+            if declared(key).unroll_dim == 1:
                 per_slot = tensor.shape[1:]
                 value = torch.empty((per_slot[0], len(indices), *per_slot[1:]), dtype=tensor.dtype, pin_memory=pin)
                 for j, index in enumerate(indices):

@@ -12,15 +12,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from distrl.rollout import ACTED_KEYS, STEPPED_KEYS
+from distrl.rollout import Rows, declared
 from distrl.sampling.context import ActorContext
 from distrl.sampling.policy import StepInputs
 from distrl.sampling.slots import NO_OWNER
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.5  # the longest a wait for a free slot goes without looking at the stop event
-SYNC_POLL_SECONDS = 0.001  # how often a synchronous actor looks for the learner's new weights
+POLL_SECONDS = 0.5  # the longest a wait (for a free slot, for new weights) goes without looking at the stop event
 
 
 class Stopped(Exception):
@@ -39,8 +38,9 @@ class SlotWriter:
         handed_rollouts: rollouts of its envs handed in since the last update it waited for
             (synchronous collection, :meth:`update_due`).
         held: the slot indices this actor owns (returned to the free queue on any exit).
-        stage: the small keys (every key but ``obs``) as local ``[n, T+1, ...]`` tensors, written a
-            batch at a time and copied into the slots once per unroll.
+        stage: the small keys with a row per step (every such key of the slots but ``obs``;
+            :data:`distrl.rollout.KEYS`) as local ``[n, T+1, ...]`` tensors, written a batch at a time and
+            copied into the slots once per unroll.
     """
 
     def __init__(self, actor_id: int, ctx: ActorContext, held: list[int], should_stop: Callable[[], bool]):
@@ -60,22 +60,25 @@ class SlotWriter:
         # Observations go straight into each env's shared slot (one memcpy per env and step).
         # Staging them too would stream every frame through memory twice and, with the larger
         # working set, evict the model's weights from the cache between forward passes.
-        self.stage = {key: torch.zeros((n, *ctx.slot_tensors[key].shape[1:]), dtype=ctx.slot_tensors[key].dtype)
-                      for key in (*ACTED_KEYS, *STEPPED_KEYS) if key != "obs" and key in ctx.slot_tensors}
+        self.stage = {key: torch.zeros((n, *tensor.shape[1:]), dtype=tensor.dtype)
+                      for key, tensor in ctx.slot_tensors.items()
+                      if key != "obs" and declared(key).rows is Rows.T_PLUS_1}
 
     def write_acted(self, ids: np.ndarray, obs: torch.Tensor, out: dict, seen: StepInputs) -> bool:
         """Row ``t`` of envs ``ids`` (``[k] int64``): the observation ``obs [k, ...]``, what the
-        policy saw besides it and what it did. An env's first observation takes it a slot; an env at
-        row T hands its slot to the learners and starts the next one with this row as row 0.
-        Returns whether any slot was handed in."""
+        policy saw besides it and what it did (``out``, every key one :data:`distrl.rollout.KEYS` declares,
+        ``[k, ...]``). An env's first observation takes it a slot; an env at row T hands its slot to the
+        learners and starts the next one with this row as row 0. Returns whether any slot was handed in.
+
+        Raises:
+            KeyError: a key of ``out`` that is not declared, or that this run's slots do not store.
+        """
         at = self._at(ids)
         stage = self.stage
         stage["first"][at] = seen.first
         stage["last_action"][at] = seen.last_action
         stage["last_reward"][at] = seen.last_reward
-        for key in ("action", "policy_params", "baseline", "intrinsic_bonus"):
-            if key in stage:
-                stage[key][at] = out[key]
+        self._write_out(at, out)
         for j in np.flatnonzero(self.slot[ids] < 0).tolist():  # each env's first observation
             self._start(int(ids[j]), seen.core, j)
         self._write_obs(ids, obs)
@@ -103,25 +106,31 @@ class SlotWriter:
     def await_new_weights(self, ids: np.ndarray) -> None:
         """Synchronous collection (``train.sync``): wait until the learner has updated past the version
         the slots just handed in were acted with (:attr:`handed_version`; an update needs all of them),
+        asleep until the learner publishes them (:meth:`distrl.sampling.queues.PolicyVersion.publish`),
         keeping the heartbeat; the new slots of envs ``ids`` then count the new version.
 
         Raises:
             Stopped: the actor was asked to stop while it waited.
         """
         ch = self.ctx.channels
-        while ch.policy_version.value <= self.handed_version:
+        while not ch.policy_version.wait_past(self.handed_version, self.actor_id, POLL_SECONDS):
             if self.should_stop():
                 raise Stopped
             ch.heartbeat[self.actor_id] = time.time()
-            time.sleep(SYNC_POLL_SECONDS)
         self.version[ids] = ch.policy_version.value
 
     def restage(self, ids: np.ndarray, out: dict) -> None:
-        """Overwrite what the policy did at the current row of envs ``ids`` (row 0 of their new slots)
-        with ``out`` (the same step acted again with new weights, :meth:`await_new_weights`)."""
-        at = self._at(ids)
-        for key in ("action", "policy_params", "baseline"):
-            self.stage[key][at] = out[key]
+        """Overwrite what was acted at the current row of envs ``ids`` (row 0 of their new slots) with
+        ``out`` (the same step acted again with new weights, :meth:`await_new_weights`): every key of
+        ``out``, as :meth:`write_acted` writes them."""
+        self._write_out(self._at(ids), out)
+
+    def _write_out(self, at: tuple, out: dict) -> None:
+        for key, value in out.items():
+            staged = self.stage.get(key)
+            if staged is None:
+                raise KeyError(f"{declared(key).name!r} is not stored by this run's slots (when: {declared(key).when})")
+            staged[at] = value
 
     def actions(self, ids: np.ndarray) -> torch.Tensor:
         """``[k, *action_shape]``: the actions just sampled for envs ``ids`` (staged at their current row)."""

@@ -125,10 +125,12 @@ class AgentLoss:
             :meth:`unroll_targets` (whole unrolls: the estimator runs on each minibatch with the network
             of that step) or :meth:`step_targets` (single steps, on the targets the estimator gave once
             per batch, :meth:`batch_targets`, as PPO computes GAE once per rollout).
-        pfo_coef: PFO's weight (``agent.pfo_coef``; 0: no feature-drift term).
         penalties: the terms added to the objective's total (:mod:`distrl.learning.losses.penalties`):
             PFO's :class:`~distrl.learning.losses.penalties.FeatureDrift` with ``agent.pfo_coef > 0``,
             the :class:`~distrl.learning.losses.penalties.KLPenalty` with ``agent.kl_cost > 0``.
+        reads_preactivations: a penalty reads the encoder's pre-activations (the learner's forward
+            pass returns them, :class:`Outputs`).
+        prepares: something is computed once before an update's first optimizer step (:meth:`prepare`).
     """
 
     def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
@@ -145,10 +147,26 @@ class AgentLoss:
         steps = agent.minibatch == "steps"
         self.minibatch_targets = self.step_targets if steps else self.unroll_targets
         rows = slice(None) if steps else STEPS  # a minibatch of steps has no bootstrap row
-        self.pfo_coef = float(agent.pfo_coef)
-        wanted = ((FeatureDrift(self.pfo_coef, rows), self.pfo_coef > 0),
+        wanted = ((FeatureDrift(float(agent.pfo_coef), rows), agent.pfo_coef > 0),
                   (KLPenalty(float(agent.kl_cost), rows, self.action_space), agent.kl_cost > 0))
         self.penalties = [penalty for penalty, on in wanted if on]
+        self.reads_preactivations = any(penalty.reads_preactivations for penalty in self.penalties)
+        self._anchors = [penalty.before_first_step for penalty in self.penalties if penalty.before_first_step]
+        self._batch_targets = steps
+        self.prepares = bool(self._anchors) or steps
+
+    def prepare(self, batch: dict[str, torch.Tensor], outputs: Outputs,
+                intrinsic_coef: float = 0.0) -> dict[str, torch.Tensor]:
+        """``batch`` with what is computed once before an update's first optimizer step, from the
+        network's ``outputs`` on it at the update's start (without gradient): each penalty's
+        ``before_first_step`` (PFO's anchor) and, with ``agent.minibatch=steps``, :meth:`batch_targets`.
+        Every key added is declared in :data:`distrl.rollout.KEYS`."""
+        added = {}
+        for anchor in self._anchors:
+            added.update(anchor(outputs))
+        if self._batch_targets:
+            added.update(self.batch_targets(batch, outputs.params, outputs.values, intrinsic_coef))
+        return {**batch, **added}
 
     def __call__(self, minibatch: dict[str, torch.Tensor], outputs: Outputs, entropy_cost: float,
                  intrinsic_coef: float = 0.0) -> LossTerms:

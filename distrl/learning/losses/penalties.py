@@ -7,7 +7,10 @@ is reported beside the losses (``losses/<name>``).
   the behaviour policy.
 
 Each takes the rows of a minibatch its objective is computed on: rows ``0..T-1`` of whole unrolls, or
-every row of a ``[1, n]`` minibatch of steps.
+every row of a ``[1, n]`` minibatch of steps. Each says whether it reads the network's pre-activations
+(``reads_preactivations``: the learner's forward pass then returns them) and what it needs computed
+once before an update's first optimizer step (``before_first_step``: keys added to the batch, each
+declared in :data:`distrl.rollout.KEYS`; :meth:`distrl.learning.losses.base.AgentLoss.prepare`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import torch
 
 from distrl.nn.distributions import ActionSpace
 
-# with agent.pfo_coef > 0, the key the learner adds to a batch: the encoder's pre-activations at the
-# start of the batch's update, [T+1, B, feature_dim] float32 (FeatureDrift)
+# with agent.pfo_coef > 0, the key the learner adds to a batch (declared in distrl.rollout.KEYS): the
+# encoder's pre-activations at the start of the batch's update, [T+1, B, feature_dim] float32
 OLD_PREACTIVATIONS = "preactivations_old"
 
 
@@ -30,9 +33,15 @@ class FeatureDrift:
     as PPO's clip is one on the policy. A scalar tensor, in float32."""
 
     name = "feature_drift"
+    reads_preactivations = True
 
     def __init__(self, coef: float, rows: slice):
         self.coef, self.rows = coef, rows
+
+    def before_first_step(self, outputs) -> dict[str, torch.Tensor]:
+        """The anchor: the pre-activations of the update's starting network (its ``outputs`` on the
+        whole ``[T+1, B]`` batch, without gradient), as ``{OLD_PREACTIVATIONS: [T+1, B, F] float32}``."""
+        return {OLD_PREACTIVATIONS: outputs.preactivations.float()}
 
     def __call__(self, minibatch: dict[str, torch.Tensor], params: torch.Tensor,
                  preactivations: torch.Tensor) -> torch.Tensor:
@@ -49,6 +58,8 @@ class KLPenalty:
     acted, as the clip does only past ``1 +- agent.clip``. A scalar tensor, in float32."""
 
     name = "kl"
+    reads_preactivations = False
+    before_first_step = None  # nothing computed before the first step
 
     def __init__(self, coef: float, rows: slice, action_space: ActionSpace):
         self.coef, self.rows, self.action_space = coef, rows, action_space
