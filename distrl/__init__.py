@@ -14,7 +14,7 @@ rlpack's ``SimulatorDistributed``.
 The package, by role (each imports only the ones below it): ``cli`` and ``compat`` (entry points)
 -> ``runtime`` (what runs a run: the trainer and its parts, the supervisor, evaluation) ->
 ``learning`` (batches, the learner, ranks) -> ``sampling`` (the actors, the slots and their queues)
--> ``config`` (schema, composition, validation, the host) -> ``agents``, ``nn``, ``intrinsic``,
+-> ``config`` (schema, composition, validation, the host) -> ``nn``, ``intrinsic``,
 ``envs`` -> ``rollout``, ``utils``. One rollout reads ``sampling`` then ``learning`` in the order
 their package docstrings give.
 """

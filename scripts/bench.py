@@ -221,6 +221,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     from distrl.learning.learner import make_learner, make_optimizer
     from distrl.learning.schedule import Schedule
     from distrl.learning.split import split_step, torch_threads
+    from distrl.learning.step import StepOptions
     from distrl.nn.actor_learner import ActorLearner
     from distrl.rollout import RolloutLayout
     from distrl.sampling.slots import Slots
@@ -236,9 +237,9 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     schedule = Schedule.for_run(cfg)
     steps_per_update = schedule.steps_per_update
     optimizer = make_optimizer(policy, cfg.agent)
-    learner = make_learner(policy, optimizer, schedule, cfg.agent, device, compile=compile_model,
-                           precision=placement.precision, compile_mode=cfg.train.compile_mode,
-                           split=split_step(placement))
+    options = StepOptions(device, placement.precision, cfg.train.compile_mode if compile_model else None,
+                          split_step(placement))
+    learner = make_learner(policy, optimizer, schedule, cfg.agent, options)
     torch.set_num_threads(torch_threads(learner.optimizer_step.split, placement.learner_threads))
     prefetch = bool(cfg.train.prefetch)
     num_slots = max(cfg.batch_size, 2) * (2 if prefetch else 1)

@@ -223,8 +223,7 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     trainer = Trainer(cfg, tmp_path, progress=False)
     loop = TrainingLoop(trainer)
     # log_eval's part of a reporter: no channels or workers (no actor runs here)
-    loop.reporter = Reporter(NullTelemetry(), None, trainer.ranks, trainer.learner, trainer.stats, None,
-                                trainer.net, 1)
+    loop.reporter = Reporter(NullTelemetry(), None, trainer.learner, trainer.stats, None, 1)
     loop.evaluations = Evaluations(trainer.net.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
     loop._evaluate_when_due(1000, done=False)
     assert loop.evaluations.busy and trainer.counters["last_eval_step"] == 0

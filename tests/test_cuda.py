@@ -24,6 +24,7 @@ from test_learner import OBS, A, B, T, on_policy_batch
 from distrl.learning.batches import BatchSource
 from distrl.learning.learner import Learner, make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
+from distrl.learning.step import StepOptions
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
@@ -117,8 +118,8 @@ def test_the_compiled_update_as_cuda_graphs_steps_as_eager_does():
         policy = ActorLearner((OBS,), A, cfg.model).to(device)
         policy.share_actor()
         schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
-        return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, device, compile=compile,
-                       compile_mode="reduce-overhead"), policy
+        return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent,
+                       StepOptions(device, compile_mode="reduce-overhead" if compile else None)), policy
 
     torch._dynamo.reset()
     counters.clear()

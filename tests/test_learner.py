@@ -15,6 +15,7 @@ from conftest import compose_train
 
 from distrl.learning.learner import Learner, make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
+from distrl.learning.step import StepOptions
 from distrl.nn.actor_learner import ActorLearner
 
 T, B, OBS, A, GAMMA = 3, 2, 4, 2, 0.9
@@ -25,8 +26,8 @@ def learner_for(cfg, policy, num_train_steps: int = 10**9, steps_per_update: int
     ``num_train_steps`` (the schedule's constants as the trainer makes them, with other sizes)."""
     cfg.train.num_train_steps = num_train_steps
     schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=steps_per_update)
-    return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
-                        pretraining=cfg.train.pretraining, intrinsic=intrinsic)
+    return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent,
+                        StepOptions(torch.device("cpu")), pretraining=cfg.train.pretraining, intrinsic=intrinsic)
 
 
 def make():
@@ -217,7 +218,7 @@ def test_the_first_update_on_pong_leaves_the_policy_near_uniform_only_with_a_war
     policy = ActorLearner(tuple(frames[0].shape[1:]), 6, cfg.model)
     policy.share_actor()
     learner = make_learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
-                      torch.device("cpu"))
+                      StepOptions(torch.device("cpu")))
     obs = torch.stack(frames)  # [T+1, B, 4, 84, 84] uint8
     first = torch.zeros(steps + 1, envs, dtype=torch.bool)
     with torch.no_grad():
@@ -255,8 +256,8 @@ def test_th_compile_makes_the_network_and_the_loss_one_graph_that_steps_as_eager
         policy = ActorLearner((OBS,), A, cfg.model)
         policy.share_actor()
         schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=T * B)
-        return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
-                       compile=compile, compile_mode=mode), policy
+        return make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent,
+                       StepOptions(torch.device("cpu"), compile_mode=mode if compile else None)), policy
 
     torch._dynamo.reset()
     counters.clear()

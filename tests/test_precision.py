@@ -18,6 +18,7 @@ from distrl.config.schema import ConfigError
 from distrl.envs import make_vector_env
 from distrl.learning.learner import make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
+from distrl.learning.step import StepOptions
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.precision import autocast
 from distrl.runtime.preflight import validate
@@ -86,8 +87,8 @@ def test_the_learner_in_bf16_keeps_fp32_weights_and_losses_near_fp32_ones():
     schedule = dataclasses.replace(Schedule.for_run(cfg), steps_per_update=80)
     losses = {}
     for precision in ("fp32", "bf16"):
-        learner = make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent, torch.device("cpu"),
-                          precision=precision)
+        learner = make_learner(policy, make_optimizer(policy, cfg.agent), schedule, cfg.agent,
+                          StepOptions(torch.device("cpu"), precision))
         losses[precision] = torch.stack(learner.optimizer_step.loss_of(batch, 0.01, 0.0)[:4]).detach()
     torch.testing.assert_close(losses["bf16"], losses["fp32"], rtol=0.05, atol=2e-3)
 

@@ -12,6 +12,7 @@ from distrl.config.validation import validate_config
 from distrl.learning.learner import make_learner, make_optimizer
 from distrl.learning.schedule import Schedule
 from distrl.learning.split import SplitStep
+from distrl.learning.step import StepOptions
 from distrl.nn.actor_learner import ActorLearner
 
 T, B, OBS, A = 5, 6, 4, 3
@@ -43,7 +44,7 @@ def _updated(overrides: list[str], split: SplitStep | None) -> tuple[dict, list[
     policy = ActorLearner((OBS,), A, cfg.model)
     policy.share_actor()
     learner = make_learner(policy, make_optimizer(policy, cfg.agent), Schedule.for_run(cfg), cfg.agent,
-                      torch.device("cpu"), split=split)
+                      StepOptions(torch.device("cpu"), split=split))
     losses = learner.update(_batch(policy, bool(cfg.model.use_lstm)))
     return losses, [p.detach().clone() for p in policy.learner.parameters()]
 

@@ -14,7 +14,7 @@ from distrl.learning.distributed import CollectiveFailed
 from distrl.learning.thread import LearnerStats
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
-from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, Workers
+from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, RestartBudget, Workers
 from distrl.sampling.context import ActorContext
 from distrl.sampling.slots import Channels, Slots
 
@@ -38,8 +38,8 @@ def workers(target, max_restarts: int, window: float = 600.0):
     channels = Channels.create(slots, CTX, 1)
     ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, slot_tensors=slots.tensors,
                        channels=channels, parent_pid=os.getpid())
-    w = Workers(CTX, slots, channels, learner=None, stats=LearnerStats(), max_restarts=max_restarts,
-                restart_window=window, reseed=lambda actor_id, restart: 100 + 1000 * restart, target=target)
+    w = Workers(CTX, slots, channels, learner=None, stats=LearnerStats(), restarts=RestartBudget(max_restarts, window),
+                reseed=lambda actor_id, restart: 100 + 1000 * restart, target=target)
     w.contexts = [ctx]
     w.actors = [w._spawn(0, ctx)]
     return w, slots

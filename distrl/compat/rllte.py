@@ -1,6 +1,5 @@
 """rllte's Python API: ``DistributedAgent`` and ``IMPALA`` (a distrl run configured from their
-arguments; a subclass's ``update`` and ``loss`` run in the learner as its user parts,
-:class:`distrl.learning.learner.UserParts`)
+arguments; a subclass's ``update`` and ``loss`` wrap the run's learner: :meth:`DistributedAgent.train`)
 and ``DistributedActorLearner`` (:mod:`distrl.compat.actor_learner`), thin layers over distrl's
 config and :class:`distrl.runtime.trainer.Trainer`.
 
@@ -24,6 +23,7 @@ Example (rllte's quick start with the import changed)::
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ from distrl.compat.actor_learner import DistributedActorLearner
 from distrl.compat.env_objects import env_choice, env_node, writable
 from distrl.config.compose import compose
 from distrl.config.schema import ConfigError
-from distrl.learning.learner import UserParts
 from distrl.learning.losses import LossTerms
 from distrl.runtime.preflight import validate
 from distrl.runtime.trainer import Trainer
@@ -189,8 +188,8 @@ class DistributedAgent:
             cfg.train.num_eval_episodes = int(num_eval_episodes)
             cfg.train.th_compile = bool(th_compile)
         validated = validate(cfg)
-        self.trainer = Trainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg,
-                               user=UserParts(loss=self._user_loss, around_update=self._around_update))
+        self.trainer = Trainer(cfg, self.run_dir, validated=validated, eval_env=self.eval_env_cfg)
+        self._wrap(self.trainer.learner)
         self.run_dir = self.trainer.run_dir  # a second train() continues in it (resume=auto)
         self.cfg = cfg
         return self.trainer.train()
@@ -214,11 +213,20 @@ class DistributedAgent:
         the diagnostics."""
         return self._learner().optimizer_step.loss_of(batch, entropy_cost, intrinsic_coef)
 
-    def _around_update(self, batch: dict[str, torch.Tensor], distrl_update) -> dict[str, Any]:
-        """The learner's update: this agent's :meth:`update`, whose ``super().update(batch)`` is
-        ``distrl_update`` (distrl's, bound to the learner thread's stop)."""
-        self._distrl_update = distrl_update
-        return self.update(batch)
+    def _wrap(self, learner) -> None:
+        """This agent's :meth:`update` and :meth:`loss` in the run's learner
+        (:class:`distrl.learning.learner.Learner`) in place of distrl's: the learner thread's updates
+        call :meth:`update`, whose ``super().update(batch)`` is distrl's, bound to that thread's stop;
+        every optimizer step's gradient is that of :meth:`loss`
+        (:meth:`distrl.learning.step.OptimizerStep.use_loss`)."""
+        distrl_update = learner.update
+
+        def update(batch: dict[str, torch.Tensor], stop=None) -> dict[str, Any]:
+            self._distrl_update = functools.partial(distrl_update, stop=stop)
+            return self.update(batch)
+
+        learner.update = update
+        learner.optimizer_step.use_loss(self._user_loss)
 
     def _user_loss(self, batch: dict[str, torch.Tensor], entropy_cost: float, intrinsic_coef: float) -> LossTerms:
         """The learner's loss: this agent's :meth:`loss`, its 4 or 5 terms as :class:`LossTerms`."""

@@ -37,7 +37,7 @@ def get_batch(slots: Slots, held: list[int], device: torch.device) -> dict[str, 
 
 
 @dataclass
-class Batch:
+class TimedBatch:
     """A learner's next batch (:meth:`BatchSource.next`): ``tensors`` as :func:`get_batch` gives them;
     ``wait`` the seconds the learner thread waited for it; ``gather`` the seconds its copy took
     (in the learner thread, or beside the previous update with prefetching)."""
@@ -78,7 +78,7 @@ class BatchSource:
         self.activity, self.name = activity, name
         self.held: list[int] = []  # slots taken and not yet freed
         self._closed = threading.Event()
-        self._ready: queue.Queue[Batch] = queue.Queue(maxsize=1)
+        self._ready: queue.Queue[TimedBatch] = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
         self._stream = torch.cuda.Stream(device) if prefetch and device.type == "cuda" else None
         self._thread = None
@@ -86,7 +86,7 @@ class BatchSource:
             self._thread = threading.Thread(target=self._prefetch, name=f"{name}-prefetch", daemon=True)
             self._thread.start()
 
-    def next(self) -> Batch | None:
+    def next(self) -> TimedBatch | None:
         """The next batch; None once ``stop`` is set.
 
         Raises:
@@ -124,7 +124,7 @@ class BatchSource:
     def _stopped(self) -> bool:
         return self.stop.is_set() or self._closed.is_set()
 
-    def _take_and_copy(self, name: str) -> Batch | None:
+    def _take_and_copy(self, name: str) -> TimedBatch | None:
         start = time.perf_counter()
         take_full_slots(self.slots, self.held, self.batch_size, self._stopped, self.activity, name)
         if self._stopped():
@@ -137,7 +137,7 @@ class BatchSource:
             with torch.cuda.stream(self._stream):
                 tensors = get_batch(self.slots, self.held, self.device)
             self._stream.synchronize()
-        return Batch(tensors, copy_start - start, time.perf_counter() - copy_start)
+        return TimedBatch(tensors, copy_start - start, time.perf_counter() - copy_start)
 
     def _prefetch(self) -> None:
         """The prefetching thread: take and copy batches, one ahead of the learner."""

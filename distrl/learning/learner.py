@@ -16,11 +16,8 @@ counter of a run. :func:`make_learner` assembles a learner from the config's val
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from omegaconf import DictConfig
@@ -30,24 +27,10 @@ from distrl.learning.distributed import Ranks
 from distrl.learning.losses import make_loss
 from distrl.learning.plan import UpdatePlan
 from distrl.learning.schedule import Position, Schedule
-from distrl.learning.split import SplitStep
-from distrl.learning.step import LossOf, NetworkForward, OptimizerStep, make_step, run_steps
+from distrl.learning.step import NetworkForward, OptimizerStep, StepOptions, make_step, run_steps
 from distrl.nn.actor_learner import ActorLearner
 from distrl.nn.normalization import normalize_batch, normalize_value_targets
 from distrl.rollout import Batch
-
-# a user's update around distrl's (the seeds' adapter): (batch, distrl's update of a batch) -> its metrics
-AroundUpdate = Callable[[Batch, Callable[[Batch], dict]], dict]
-
-
-class UserParts(NamedTuple):
-    """A user's parts of the learner, in place of distrl's (the seeds' adapter, :mod:`distrl.compat.rllte`):
-    ``loss``, a minibatch's loss (:data:`distrl.learning.step.LossOf`: it may call distrl's,
-    :attr:`distrl.learning.step.OptimizerStep.loss_of`); ``around_update``, an update that calls distrl's
-    (:data:`AroundUpdate`). None: distrl's own."""
-
-    loss: LossOf | None = None
-    around_update: AroundUpdate | None = None
 
 
 def make_optimizer(net: ActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
@@ -75,7 +58,6 @@ class Learner:
         schedule: the run's schedule; the learning rate, entropy cost and intrinsic weight of every
             update follow from :attr:`updates`.
         intrinsic: an intrinsic reward module on the learner's device, trained after each update; None: none.
-        around_update: a user's update wrapped around distrl's (:data:`AroundUpdate`); None: distrl's alone.
 
     Attributes:
         updates: updates made (the skipped non-finite ones included, so that the schedule follows
@@ -85,10 +67,9 @@ class Learner:
     """
 
     def __init__(self, net: ActorLearner, optimizer_step: OptimizerStep, plan: UpdatePlan, schedule: Schedule,
-                 intrinsic: IntrinsicReward | None = None, around_update: AroundUpdate | None = None):
+                 intrinsic: IntrinsicReward | None = None):
         self.net, self.optimizer_step, self.plan = net, optimizer_step, plan
         self.schedule, self.intrinsic = schedule, intrinsic
-        self.around_update = around_update or (lambda batch, update: update(batch))
         self.lock = threading.RLock()
         self.updates = 0
         self.last_obs: torch.Tensor | None = None
@@ -138,9 +119,6 @@ class Learner:
             reward paid, :meth:`distrl.learning.losses.base.AgentLoss.intrinsic_share`) and
             ``intrinsic_loss`` (the module's own loss; 0 for a module that trains nothing).
         """
-        return self.around_update(batch, functools.partial(self._update, stop=stop))
-
-    def _update(self, batch: Batch, stop: threading.Event | None = None) -> dict[str, float]:
         with self.lock:
             position = self.position
             self.optimizer_step.set_learning_rate(position.learning_rate)
@@ -176,34 +154,24 @@ class Learner:
 
 
 def make_learner(net: ActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule, agent: DictConfig,
-                 device: torch.device, *, precision: str = "fp32", compile: bool = False,
-                 compile_mode: str = "default", split: SplitStep | None = None, ranks: Ranks | None = None,
-                 intrinsic: IntrinsicReward | None = None, pretraining: bool = False,
-                 user: UserParts = UserParts()) -> Learner:
+                 options: StepOptions, *, ranks: Ranks | None = None, intrinsic: IntrinsicReward | None = None,
+                 pretraining: bool = False) -> Learner:
     """The learner of a run, every choice made here from the config's values.
 
     Args:
-        net: the actor/learner pair; its learner copy is on ``device``.
+        net: the actor/learner pair; its learner copy is on ``options.device``.
         optimizer: from :func:`make_optimizer`.
         schedule: the run's schedule.
         agent: the ``agent`` config node: the loss (:func:`distrl.learning.losses.make_loss`), the plan
             (:meth:`UpdatePlan.for_agent`) and ``max_grad_norm``.
-        device: the learner copy's device.
-        precision: ``bf16``: the network's forward under ``torch.autocast`` in bfloat16 (the weights,
-            the optimizer state and the gradients stay fp32; the heads' outputs are cast back to
-            fp32, so V-trace, the log-softmax, the importance ratios, the losses and the gradient
-            clip are fp32); ``fp32``: no autocast.
-        compile: ``torch.compile`` the network and the loss as one graph, in ``compile_mode``
-            (:func:`distrl.learning.step.make_step`).
-        split: the network's work of a step in parts on threads (:mod:`distrl.learning.split`).
+        options: how the steps are computed (:class:`distrl.learning.step.StepOptions`: the device, the
+            precision, compiled or split).
         ranks: the run's ranks; None: one.
-        intrinsic: an intrinsic reward module on ``device``; None: none.
+        intrinsic: an intrinsic reward module on the device; None: none.
         pretraining: the extrinsic reward is left out of the loss (reward-free training).
-        user: a user's loss and update (:class:`UserParts`).
     """
     loss = make_loss(agent, net.learner.action_space, value_heads=1 if net.learner.intrinsic_baseline is None else 2,
                      intrinsic=intrinsic is not None, pretraining=pretraining, value_norm=net.learner.value_norm)
-    forward = NetworkForward(net.learner, precision, device, preactivations=loss.reads_preactivations)
-    optimizer_step = make_step(forward, loss, optimizer, agent.max_grad_norm, ranks or Ranks(),
-                               compile_mode if compile else None, split, user.loss)
-    return Learner(net, optimizer_step, UpdatePlan.for_agent(agent, loss), schedule, intrinsic, user.around_update)
+    forward = NetworkForward(net.learner, options.precision, options.device, preactivations=loss.reads_preactivations)
+    optimizer_step = make_step(forward, loss, optimizer, agent.max_grad_norm, ranks or Ranks(), options)
+    return Learner(net, optimizer_step, UpdatePlan.for_agent(agent, loss), schedule, intrinsic)

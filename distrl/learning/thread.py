@@ -10,8 +10,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from distrl.learning.batches import Batch, BatchSource
+from distrl.learning.batches import BatchSource, TimedBatch
 from distrl.learning.learner import Learner
+from distrl.sampling.queues import PolicyVersion
 from distrl.sampling.slots import Slots
 
 log = logging.getLogger(__name__)
@@ -43,28 +44,57 @@ class LearnerStats:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass(frozen=True)
+class LearnerThreadOptions:
+    """A learner thread's settings (:func:`run_learner_thread`; :meth:`for_run` reads them from a run).
+
+    Attributes:
+        batch_size: B, the slots of a batch.
+        prefetch: the next batch taken and copied beside the update (``train.prefetch``;
+            :class:`distrl.learning.batches.BatchSource`).
+        max_nonfinite_updates: skipped non-finite updates in a row that stop the run
+            (``train.max_nonfinite_updates``).
+        check_interval: with several ranks, updates between comparisons of their weights
+            (``distributed.check_interval``).
+        exchange_interval: with several ranks, updates between sends of finished episodes to rank 0.
+    """
+
+    batch_size: int
+    prefetch: bool = False
+    max_nonfinite_updates: int = 10
+    check_interval: int = 100
+    exchange_interval: int = 8
+
+    @classmethod
+    def for_run(cls, cfg) -> LearnerThreadOptions:
+        """A train config's (``batch_size``, ``train.prefetch``, ``train.max_nonfinite_updates``,
+        ``distributed.check_interval``)."""
+        return cls(int(cfg.batch_size), bool(cfg.train.prefetch), int(cfg.train.max_nonfinite_updates),
+                   int(cfg.distributed.check_interval))
+
+
 class NonFiniteError(RuntimeError):
     """Too many learner updates in a row had a non-finite loss or gradient."""
 
 
-def run_learner_thread(learner: Learner, *, slots: Slots, stats: LearnerStats, batch_size: int,
-                       policy_version, stop: threading.Event, errors: list, max_nonfinite_updates: int = 10,
-                       check_interval: int = 100, exchange_interval: int = 8, prefetch: bool = False) -> None:
-    """Loop: take ``B`` full slots, get the batch, update, until the schedule's budget of agent steps
-    (``num_train_steps``) is consumed.
+def run_learner_thread(learner: Learner, *, slots: Slots, stats: LearnerStats, policy_version: PolicyVersion,
+                       stop: threading.Event, errors: list, options: LearnerThreadOptions) -> None:
+    """Loop: take ``B`` full slots, get the batch, update and publish the new policy version to the
+    actors (``policy_version``), until the schedule's budget of agent steps (``num_train_steps``) is
+    consumed.
 
     Every wait polls ``stop``, so the thread never blocks forever. An exception is appended to
-    ``errors`` and sets ``stop``; ``max_nonfinite_updates`` skipped updates in a row raise
+    ``errors`` and sets ``stop``; ``options.max_nonfinite_updates`` skipped updates in a row raise
     :class:`NonFiniteError` that way. With several ranks (``learner.ranks``) the update count is the
-    same on every rank, the weights are compared across ranks every ``check_interval`` updates and
-    finished episodes go to rank 0 every ``exchange_interval`` updates; that exchange also carries
-    the ranks' stop requests (:attr:`Ranks.stop_requested`), and after one every rank's thread
-    returns at the same update, as at the end of the budget. ``prefetch``: the next batch is taken
-    and copied beside the update (:class:`BatchSource`).
+    same on every rank, the weights are compared across ranks every ``options.check_interval``
+    updates and finished episodes go to rank 0 every ``options.exchange_interval`` updates; that
+    exchange also carries the ranks' stop requests (:attr:`Ranks.stop_requested`), and after one
+    every rank's thread returns at the same update, as at the end of the budget. ``options.prefetch``:
+    the next batch is taken and copied beside the update (:class:`BatchSource`).
     """
     ranks = learner.ranks
     name = threading.current_thread().name
-    source = BatchSource(slots, batch_size, learner.device, stop, stats.activity, name, prefetch)
+    source = BatchSource(slots, options.batch_size, learner.device, stop, stats.activity, name, options.prefetch)
     nonfinite_in_a_row = 0
     try:
         while not stop.is_set():
@@ -82,11 +112,11 @@ def run_learner_thread(learner: Learner, *, slots: Slots, stats: LearnerStats, b
             losses = _learn(learner, batch, stats, policy_version, stop)
             if ranks.enabled:
                 updates = learner.updates
-                _exchange(learner, stop, episodes=updates % exchange_interval == 0,
-                          check=updates % check_interval == 0)
+                _exchange(learner, stop, episodes=updates % options.exchange_interval == 0,
+                          check=updates % options.check_interval == 0)
             nonfinite_in_a_row = 0 if losses["finite"] else nonfinite_in_a_row + 1
             if nonfinite_in_a_row:
-                _skipped(learner, stats, losses, nonfinite_in_a_row, max_nonfinite_updates)
+                _skipped(learner, stats, losses, nonfinite_in_a_row, options.max_nonfinite_updates)
     except Exception as exc:  # reported by the trainer, which stops everything
         errors.append(exc)
         stop.set()
@@ -94,7 +124,8 @@ def run_learner_thread(learner: Learner, *, slots: Slots, stats: LearnerStats, b
         source.close()
 
 
-def _learn(learner: Learner, batch: Batch, stats: LearnerStats, policy_version, stop: threading.Event) -> dict:
+def _learn(learner: Learner, batch: TimedBatch, stats: LearnerStats, policy_version: PolicyVersion,
+           stop: threading.Event) -> dict:
     """One update on ``batch``; the policy version and the stats follow it in the same moment."""
     start = time.perf_counter()
     with learner.lock:  # a checkpoint, and the trainer's timing, see the weights and the counter of one moment

@@ -38,18 +38,20 @@ class Checkpointer:
     evaluation return (``best_eval_return``).
 
     Args:
-        net, optimizer, intrinsic, learner: the run's network copies (the actor/learner pair), optimizer, intrinsic
-            module (or None) and learner (its lock and update count: :attr:`Learner.position`).
+        learner: the run's learner: its lock and update count (:attr:`Learner.position`), and what a
+            checkpoint holds of it: the network copies (the actor/learner pair), the optimizer, the
+            intrinsic module (or None); its ranks (rank 0 alone writes files).
         cfg, spec, placement: the run's config, env spec and placement (saved with the weights).
-        ranks: rank 0 alone writes files.
         run_dir: checkpoints go to ``run_dir/checkpoints``.
     """
 
-    def __init__(self, net: ActorLearner, optimizer: torch.optim.Optimizer,
-                 intrinsic: IntrinsicReward | None, learner: Learner, cfg: DictConfig, spec: EnvSpec,
-                 placement: Placement, ranks: Ranks, run_dir: Path):
-        self.net, self.optimizer, self.intrinsic, self.learner = net, optimizer, intrinsic, learner
-        self.cfg, self.spec, self.placement, self.ranks, self.run_dir = cfg, spec, placement, ranks, run_dir
+    def __init__(self, learner: Learner, cfg: DictConfig, spec: EnvSpec, placement: Placement, run_dir: Path):
+        self.learner = learner
+        self.net: ActorLearner = learner.net
+        self.optimizer: torch.optim.Optimizer = learner.optimizer_step.optimizer
+        self.intrinsic: IntrinsicReward | None = learner.intrinsic
+        self.ranks: Ranks = learner.ranks
+        self.cfg, self.spec, self.placement, self.run_dir = cfg, spec, placement, run_dir
         self.evals = Every(cfg.train.eval_interval)
         self.saves = Every(cfg.train.save_interval)
         self.best_eval_return = -float("inf")

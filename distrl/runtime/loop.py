@@ -23,7 +23,7 @@ from distrl.intrinsic import IntrinsicReward
 from distrl.learning.distributed import Ranks
 from distrl.learning.learner import Learner
 from distrl.learning.schedule import Every, Throughput
-from distrl.learning.thread import LearnerStats
+from distrl.learning.thread import LearnerStats, LearnerThreadOptions
 from distrl.nn.actor_learner import ActorLearner
 from distrl.rollout import RolloutLayout
 from distrl.runtime.checkpointer import Checkpointer
@@ -32,6 +32,7 @@ from distrl.runtime.reporter import DORMANT_LOG_INTERVALS, Reporter, announce, f
 from distrl.runtime.supervisor import (
     ActorFailure,
     RankLost,
+    RestartBudget,
     Stalled,
     TrainingError,
     Watchdog,
@@ -107,20 +108,19 @@ class TrainingLoop:
         self.actor_logs.start()
         first_actor = self.ranks.rank * p.num_actors
         self.workers = Workers(
-            mp_context, slots, channels, self.learner, self.stats, max_restarts=train.max_actor_restarts,
-            restart_window=train.actor_restart_window,
+            mp_context, slots, channels, self.learner, self.stats,
+            RestartBudget(train.max_actor_restarts, train.actor_restart_window),
             reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
                                                       p.num_actors * self.ranks.world_size))
-        self.reporter = Reporter(self.telemetry, channels, self.ranks, self.learner, self.stats, self.workers,
-                                 self.net, self.spec.frameskip, cfg.env.get("success_above"))
+        self.reporter = Reporter(self.telemetry, channels, self.learner, self.stats, self.workers,
+                                 self.spec.frameskip, cfg.env.get("success_above"))
         self.evaluations = Evaluations(self.net.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
                                        p.actor_precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, p, self.net.actor, slots, channels, first_actor=first_actor,
                                       bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
-            self.workers.start(contexts, cfg.num_learners, cfg.batch_size, train.max_nonfinite_updates,
-                               cfg.distributed.check_interval, train.prefetch)
+            self.workers.start(contexts, cfg.num_learners, LearnerThreadOptions.for_run(cfg))
             self._schedule()
             outcome = "done"
         except (KeyboardInterrupt, SystemExit) as stop:  # SystemExit: e.g. submitit's, at a SLURM time limit

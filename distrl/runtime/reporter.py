@@ -43,21 +43,22 @@ class Reporter:
     Args:
         telemetry: where every scalar goes (:class:`distrl.utils.telemetry.Telemetry`).
         channels: the run's queues (finished episodes come on ``channels.episode_queue``).
-        ranks: rank 0 logs every rank's episodes (the others hand theirs over).
-        learner, stats: the learner (its lock, update count and last batch) and its statistics.
+        learner, stats: the learner (its lock, update count and last batch; its ranks: rank 0 logs every
+            rank's episodes, the others hand theirs over; its network, whose learner copy's encoder's
+            dormant units are measured) and its statistics.
         workers: the actor restarts to log.
-        net: the actor/learner pair whose learner's encoder's dormant units are measured.
         frameskip: frames per agent step (FPS beside SPS).
         success_above: an episode whose return is above this succeeded (``env.success_above``):
             ``charts/success_rate`` over each log interval's episodes and ``eval/success_rate``;
             None: neither is logged.
     """
 
-    def __init__(self, telemetry: Telemetry | NullTelemetry, channels: Channels, ranks: Ranks, learner: Learner,
-                 stats: LearnerStats, workers: Workers, net: ActorLearner, frameskip: int,
-                 success_above: float | None = None):
-        self.telemetry, self.channels, self.ranks, self.learner, self.stats = telemetry, channels, ranks, learner, stats
-        self.workers, self.net, self.frameskip = workers, net, frameskip
+    def __init__(self, telemetry: Telemetry | NullTelemetry, channels: Channels, learner: Learner,
+                 stats: LearnerStats, workers: Workers, frameskip: int, success_above: float | None = None):
+        self.telemetry, self.channels, self.learner, self.stats = telemetry, channels, learner, stats
+        self.ranks: Ranks = learner.ranks
+        self.net: ActorLearner = learner.net
+        self.workers, self.frameskip = workers, frameskip
         self.success_above = success_above
         self.interval_episodes = self.interval_successes = 0  # since the last log record
 

@@ -15,10 +15,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from distrl.learning.distributed import CollectiveFailed
 from distrl.learning.learner import Learner
-from distrl.learning.thread import LearnerStats, run_learner_thread
+from distrl.learning.thread import LearnerStats, LearnerThreadOptions, run_learner_thread
 from distrl.sampling.actor import STOP_SIGNALS, run_actor
 from distrl.sampling.context import ActorContext
 from distrl.sampling.queues import drain
@@ -51,6 +52,14 @@ class RankLost(TrainingError):
     feeds (with ``agent.num_epochs`` > 1, after the update's earlier epochs)."""
 
 
+class RestartBudget(NamedTuple):
+    """How many actor restarts a run allows: at most ``most`` within any ``window`` seconds
+    (``train.max_actor_restarts``, ``train.actor_restart_window``)."""
+
+    most: int = 10
+    window: float = 600.0
+
+
 class Workers:
     """The actor processes and learner threads of one run.
 
@@ -64,14 +73,13 @@ class Workers:
         channels: queues, stop flag, policy version and heartbeats shared with the actors.
         learner: the learner the threads call.
         stats: the counters the learner threads advance.
-        max_restarts, restart_window: the restart budget (``train.max_actor_restarts``,
-            ``train.actor_restart_window`` in seconds).
+        restarts: the restart budget (:class:`RestartBudget`).
         reseed: ``reseed(actor_id, restart)`` gives the env seed of a restarted actor.
         target: the actor process's function, ``target(actor_id, context)`` (:func:`run_actor`).
     """
 
     def __init__(self, mp_context, slots: Slots, channels: Channels, learner: Learner,
-                 stats: LearnerStats, max_restarts: int = 10, restart_window: float = 600.0,
+                 stats: LearnerStats, restarts: RestartBudget = RestartBudget(),
                  reseed: Callable[[int, int], int] | None = None, target: Callable = run_actor):
         self.mp_context = mp_context
         self.target = target
@@ -79,8 +87,7 @@ class Workers:
         self.channels = channels
         self.learner = learner
         self.stats = stats
-        self.max_restarts = max_restarts
-        self.restart_window = restart_window
+        self.max_restarts, self.restart_window = restarts
         self.reseed = reseed
         self.learner_stop = threading.Event()
         self.learner_errors: list[BaseException] = []
@@ -92,22 +99,18 @@ class Workers:
         self.restarts_of: dict[int, int] = {}
         self.causes: dict[int, str] = {}  # actor id -> the last line of its exception
 
-    def start(self, actor_contexts: list[ActorContext], num_learners: int, batch_size: int,
-              max_nonfinite_updates: int = 10, check_interval: int = 100, prefetch: bool = False) -> None:
-        """Start one process per actor context and ``num_learners`` learner threads, which stop
-        when the learner's schedule has consumed its budget of agent steps (``prefetch``: each
-        copies its next batch beside its update, :class:`distrl.learning.batches.BatchSource`)."""
+    def start(self, actor_contexts: list[ActorContext], num_learners: int, options: LearnerThreadOptions) -> None:
+        """Start one process per actor context and ``num_learners`` learner threads with ``options``
+        (:class:`distrl.learning.thread.LearnerThreadOptions`), which stop when the learner's schedule
+        has consumed its budget of agent steps."""
         self.contexts = list(actor_contexts)
         for actor_id, ctx in enumerate(self.contexts):
             self.actors.append(self._spawn(actor_id, ctx))
         for i in range(num_learners):
             thread = threading.Thread(
                 target=run_learner_thread, name=f"distrl-learner-{i}", daemon=True, args=(self.learner,),
-                kwargs=dict(slots=self.slots, stats=self.stats, batch_size=batch_size,
-                            policy_version=self.channels.policy_version,
-                            stop=self.learner_stop, errors=self.learner_errors,
-                            max_nonfinite_updates=max_nonfinite_updates, check_interval=check_interval,
-                            prefetch=prefetch),
+                kwargs=dict(slots=self.slots, stats=self.stats, policy_version=self.channels.policy_version,
+                            stop=self.learner_stop, errors=self.learner_errors, options=options),
             )
             thread.start()
             self.learner_threads.append(thread)

@@ -27,9 +27,10 @@ from distrl.config.validation import Validated
 from distrl.envs import eval_seed
 from distrl.intrinsic import intrinsic_for_run, needs_value_head
 from distrl.learning.distributed import Ranks
-from distrl.learning.learner import UserParts, make_learner, make_optimizer
+from distrl.learning.learner import make_learner, make_optimizer
 from distrl.learning.schedule import Position, Schedule
-from distrl.learning.split import split_step, torch_threads
+from distrl.learning.split import torch_threads
+from distrl.learning.step import StepOptions
 from distrl.learning.thread import LearnerStats
 from distrl.nn.actor_learner import ActorLearner
 from distrl.runtime.checkpointer import Checkpointer, load_initial_weights
@@ -74,8 +75,6 @@ class Trainer:
         validated: what :func:`distrl.runtime.preflight.validate` returned for ``cfg`` (the command
             validates first); None: ``cfg`` is validated here.
         eval_env: the ``env`` node evaluations use; None: ``cfg.env``.
-        user: a user's loss and update in the learner (:class:`distrl.learning.learner.UserParts`: the
-            seeds' adapter, :mod:`distrl.compat.rllte`, gives a subclass's ``update`` and ``loss``).
 
     With ``cfg.resume`` (``auto``: ``run_dir/checkpoints/latest.pt`` if there is one) the run
     continues from that checkpoint: weights, optimizer, the update count (hence the schedule) and
@@ -87,8 +86,7 @@ class Trainer:
     """
 
     def __init__(self, cfg: DictConfig, run_dir: str | os.PathLike | None = None, progress: bool | None = None,
-                 ranks: Ranks | None = None, validated: Validated | None = None, eval_env: DictConfig | None = None,
-                 user: UserParts = UserParts()):
+                 ranks: Ranks | None = None, validated: Validated | None = None, eval_env: DictConfig | None = None):
         self.placement, self.spec = validated or validate(cfg)
         self.cfg = cfg
         self.eval_env = cfg.env if eval_env is None else eval_env
@@ -114,14 +112,11 @@ class Trainer:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
         self.optimizer = make_optimizer(self.net, cfg.agent)
-        self.learner = make_learner(self.net, self.optimizer, self.schedule, cfg.agent, self.device,
-                                    precision=self.placement.precision, compile=cfg.train.th_compile,
-                                    compile_mode=cfg.train.compile_mode, split=split_step(self.placement),
-                                    ranks=self.ranks, intrinsic=self.intrinsic, pretraining=cfg.train.pretraining,
-                                    user=user)
+        self.learner = make_learner(self.net, self.optimizer, self.schedule, cfg.agent,
+                                    StepOptions.for_run(cfg, self.placement), ranks=self.ranks,
+                                    intrinsic=self.intrinsic, pretraining=cfg.train.pretraining)
         self.stats = LearnerStats()
-        self.checkpointer = Checkpointer(self.net, self.optimizer, self.intrinsic, self.learner, cfg, self.spec,
-                                         self.placement, self.ranks, self.run_dir)
+        self.checkpointer = Checkpointer(self.learner, cfg, self.spec, self.placement, self.run_dir)
         self.save_requested = threading.Event()
         # one live run per run directory (rank 0 holds it for a group of ranks); before any checkpoint is read
         self.run_lock = RunLock(self.run_dir)

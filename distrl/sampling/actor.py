@@ -3,7 +3,7 @@
 
 Each actor steps ``envs_per_actor`` environments with one batched forward pass of the shared-memory
 actor copy of the network per step (:func:`distrl.sampling.policy.step_policy`) and writes each
-environment's unroll into its own slots slot. It uses one torch thread, never touches CUDA,
+environment's unroll into its own slots. It uses one torch thread, never touches CUDA,
 ignores SIGINT, SIGTERM and SIGUSR1 (the trainer stops it through ``stop_event``), exits when its
 parent is gone, and returns the slots it holds to the free queue on the way out. Its log records go
 to the trainer through a queue (:mod:`distrl.sampling.logs`).
@@ -115,7 +115,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     model = ctx.model
     env = VectorStepper(make_vector_env(env_cfg, ctx.num_envs, num_threads=1,
                                         async_step=bool(env_cfg.get("async_step", False))), ctx.num_envs)
-    slots = SlotWriter(actor_id, ctx, held, lambda: _should_stop(ctx))
+    writer = SlotWriter(actor_id, ctx, held, lambda: _should_stop(ctx))
     episodes = Episodes(actor_id, ctx)
     state = AgentState(model, ctx.num_envs)
     space, clip = model.action_space, clips_actions(env_cfg)
@@ -128,28 +128,28 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             out, seen = step_policy(model, obs_t, state, ids_t, precision=ctx.precision)
             if bonus is not None:
                 out["intrinsic_bonus"] = bonus(obs_t, seen.first, ids_t)
-            if slots.write_acted(ids, obs_t, out, seen) and slots.update_due():  # act again, updated
-                slots.await_new_weights(ids)
+            if writer.write_acted(ids, obs_t, out, seen) and writer.update_due():  # act again, updated
+                writer.await_new_weights(ids)
                 state.restore_core(ids_t, seen.core)
                 out = {**out, **step_policy(model, obs_t, state, ids_t, precision=ctx.precision)[0]}
-                slots.restage(ids, out)
+                writer.restage(ids, out)
             env.send(space.to_env(out["action"], clip))  # clipped with env.clip_actions; the sample is stored
 
             ids, obs, reward, terminated, truncated, info = env.recv()
-            if slots.waiting_for_first_step(ids):  # async stepping: the other half's reset observations
+            if writer.waiting_for_first_step(ids):  # async stepping: the other half's reset observations
                 continue
             ids_t = torch.from_numpy(ids)
-            actions, rewards = slots.actions(ids), torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            actions, rewards = writer.actions(ids), torch.from_numpy(np.asarray(reward, dtype=np.float32))
             values = None
             if truncated.any():
                 cut = torch.from_numpy(np.flatnonzero(truncated))
                 values = final_values(model, _final_obs(info, truncated), state, ids_t[cut], actions[cut],
                                       rewards[cut], ctx.precision)
-            slots.write_stepped(ids, rewards, terminated, truncated, values)
+            writer.write_stepped(ids, rewards, terminated, truncated, values)
             ended = terminated | truncated
             state.after_env_step(actions, rewards, ended, ids_t)
             episodes.add(ids, reward, ended)
-            slots.advance(ids)
+            writer.advance(ids)
     finally:
         env.close()
 

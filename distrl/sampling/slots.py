@@ -78,7 +78,7 @@ class Slots:
     Args:
         layout: the slot layout.
         num_slots: number of slots N.
-        ctx: the ``torch.multiprocessing`` context whose queues the processes share.
+        mp_context: the ``torch.multiprocessing`` context whose queues the processes share.
 
     Attributes:
         tensors: ``{key: [N, *spec_shape] tensor}`` in shared memory.
@@ -89,11 +89,11 @@ class Slots:
         OSError: the queues cannot hold ``num_slots`` indices (validation refuses such sizes).
     """
 
-    def __init__(self, layout: RolloutLayout, num_slots: int, ctx):
+    def __init__(self, layout: RolloutLayout, num_slots: int, mp_context):
         self.layout = layout
         self.num_slots = num_slots
-        self.free_queue = IndexQueue(num_slots, ctx)
-        self.full_queue = IndexQueue(num_slots, ctx)
+        self.free_queue = IndexQueue(num_slots, mp_context)
+        self.full_queue = IndexQueue(num_slots, mp_context)
         self.tensors = {
             key: torch.zeros((num_slots, *shape), dtype=dtype).share_memory_()
             for key, (shape, dtype) in layout.specs().items()
