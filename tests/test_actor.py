@@ -172,8 +172,6 @@ def test_a_new_per_step_quantity_is_its_declaration_and_its_writer(monkeypatch):
     from distrl.rollout import KEYS, BatchKey, Rows, Writer, declare
     from distrl.sampling import actor as actor_module
 
-    monkeypatch.setattr("distrl.rollout.KEYS", dict(KEYS))  # the declaration, undone after the test
-    declare(BatchKey("obs_norm", Rows.T_PLUS_1, Writer.ACTING, (), torch.float32, doc="|x_t|"))
     step_policy = actor_module.step_policy
 
     def with_norm(model, obs, *args, **kwargs):  # the writer: one more entry of the policy's output
@@ -181,9 +179,21 @@ def test_a_new_per_step_quantity_is_its_declaration_and_its_writer(monkeypatch):
         return {**out, "obs_norm": obs.float().norm(dim=-1)}, seen
 
     monkeypatch.setattr(actor_module, "step_policy", with_norm)
-    _, pool, channels, actor_ctx = one_actor(["experiment=mujoco", "env.id=Pendulum-v1"], 4 * N_ENVS)
-    assert "obs_norm" in pool.tensors
+    overrides = ["experiment=mujoco", "env.id=Pendulum-v1"]
+    _, _, refused, undeclared = one_actor(overrides, 4 * N_ENVS)  # written, not declared: the actor stops, naming it
     errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _act_catching(undeclared, errors), daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    refused.stop_event.set()  # (an actor that dropped the key would still be running)
+    thread.join(timeout=30)
+    assert [type(e).__name__ for e in errors] == ["UndeclaredKeyError"] and "'obs_norm'" in str(errors[0])
+
+    monkeypatch.setattr("distrl.rollout.KEYS", dict(KEYS))  # the declaration, undone after the test
+    declare(BatchKey("obs_norm", Rows.T_PLUS_1, Writer.ACTING, (), torch.float32, doc="|x_t|"))
+    _, pool, channels, actor_ctx = one_actor(overrides, 4 * N_ENVS)
+    assert "obs_norm" in pool.tensors
+    errors = []
     thread = threading.Thread(target=lambda: _act_catching(actor_ctx, errors), daemon=True)
     thread.start()
     try:
