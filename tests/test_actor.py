@@ -40,7 +40,7 @@ def one_actor(overrides: list[str], num_slots: int):
     pool = Slots(RolloutLayout.for_run(cfg, spec), num_slots, ctx)
     channels = Channels.create(pool, ctx, 1)
     actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
-    actor_ctx.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours
+    actor_ctx.process.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours
     return policy, pool, channels, actor_ctx
 
 
@@ -130,7 +130,7 @@ def test_a_synchronous_actor_acts_each_batch_with_the_weights_of_the_update_befo
     published with the new policy version (here the test plays the learner)."""
     policy, pool, channels, actor_ctx = one_actor(["experiment=mujoco", "env.id=Pendulum-v1",
                                                    f"batch_size={2 * N_ENVS}", "train.sync=true"], 4 * N_ENVS)
-    assert actor_ctx.rollouts_per_update == 2
+    assert actor_ctx.collection.rollouts_per_update == 2
     errors: list[BaseException] = []
     thread = threading.Thread(target=lambda: _act_catching(actor_ctx, errors), daemon=True)
     thread.start()

@@ -15,7 +15,7 @@ from distrl.learning.thread import LearnerStats
 from distrl.nn.distributions import ActionSpace
 from distrl.rollout import RolloutLayout
 from distrl.runtime.supervisor import ActorFailure, LearnerFailure, RankLost, RestartBudget, Workers
-from distrl.sampling.context import ActorContext
+from distrl.sampling.context import ActorContext, ActorEnvs, ActorProcess, Collection
 from distrl.sampling.slots import Channels, Slots
 
 CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch code
@@ -23,7 +23,7 @@ CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch co
 
 def _raises(actor_id: int, ctx: ActorContext) -> None:
     """An actor whose env raises at once: it reports the traceback, as run_actor does, and exits 1."""
-    ctx.channels.error_queue.put((actor_id, f"Traceback...\nRuntimeError: the emulator broke (seed {ctx.seed})"))
+    ctx.channels.error_queue.put((actor_id, f"Traceback...\nRuntimeError: the emulator broke (seed {ctx.envs.seed})"))
     os._exit(1)
 
 
@@ -36,8 +36,7 @@ def workers(target, max_restarts: int, window: float = 600.0):
                            action_space=ActionSpace("discrete", (2,)))
     slots = Slots(layout, 8, CTX)
     channels = Channels.create(slots, CTX, 1)
-    ctx = ActorContext(env_cfg={}, num_steps=4, num_envs=1, seed=100, model=None, slot_tensors=slots.tensors,
-                       channels=channels, parent_pid=os.getpid())
+    ctx = ActorContext(ActorEnvs({}, 1, 100), Collection(4), None, slots.tensors, channels, ActorProcess(os.getpid()))
     w = Workers(CTX, slots, channels, learner=None, stats=LearnerStats(), restarts=RestartBudget(max_restarts, window),
                 reseed=lambda actor_id, restart: 100 + 1000 * restart, target=target)
     w.contexts = [ctx]
@@ -69,7 +68,7 @@ def test_a_dead_actor_is_restarted_with_fresh_seeds_and_its_slots_return(caplog)
     check_until(w, 1)
     assert "actor 0 died (killed by SIGKILL): restarted (restart 1 of the run), env seed 1100; 3 slot(s)" \
            in caplog.text
-    assert w.actors[0].is_alive() and w.contexts[0].seed == 1100
+    assert w.actors[0].is_alive() and w.contexts[0].envs.seed == 1100
     assert slots.free_queue.qsize() == 8 and (slots.owner == -1).all()
     assert "actor 0 (pid" in w.report()[0] and "slots: 8 free, 0 full" in w.report()[1]
     finish(w)

@@ -167,11 +167,12 @@ class Workers:
         restart = self.restarts_of[actor_id] = self.restarts_of.get(actor_id, 0) + 1
         ctx = self.contexts[actor_id]
         if self.reseed is not None:
-            ctx = self.contexts[actor_id] = dataclasses.replace(ctx, seed=self.reseed(actor_id, restart))
+            envs = dataclasses.replace(ctx.envs, seed=self.reseed(actor_id, restart))
+            ctx = self.contexts[actor_id] = dataclasses.replace(ctx, envs=envs)
         self.channels.heartbeat[actor_id] = 0.0
         self.actors[actor_id] = self._spawn(actor_id, ctx)
         log.warning("actor %d died (%s): restarted (restart %d of the run), env seed %d; %d slot(s) it held "
-                    "returned", actor_id, cause, self.restarts, ctx.seed, len(freed))
+                    "returned", actor_id, cause, self.restarts, ctx.envs.seed, len(freed))
 
     def report(self) -> list[str]:
         """Where everything is, one line each: actors (alive, last heartbeat), queues, learners."""

@@ -22,7 +22,7 @@ import torch
 
 from distrl.envs import clips_actions, env_seed, make_vector_env
 from distrl.intrinsic import ActorBonus
-from distrl.sampling.context import ActorContext
+from distrl.sampling.context import ActorContext, ActorEnvs, ActorProcess, Collection
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, final_values, step_policy
 from distrl.sampling.queues import PIPE_BUF
@@ -41,15 +41,16 @@ def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
     """One :class:`ActorContext` per actor of a run: train config ``cfg`` placed by ``placement``.
     ``first_actor``: the run-wide id of this rank's first actor (its env seeds follow from it);
     ``bonus``: the actors' part of an intrinsic reward computed in the actors (E3B's), or None."""
+    collection = Collection(
+        cfg.num_steps, placement.actor_precision,
+        float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,
+        cfg.batch_size // placement.stepping if cfg.train.get("sync", False) else 0)
     return [
         ActorContext(
-            env_cfg=placement.env_cfg, num_steps=cfg.num_steps, num_envs=placement.envs_per_actor,
-            seed=env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor), model=model,
-            slot_tensors=slots.tensors, channels=channels, parent_pid=os.getpid(),
-            log_level=log_level or cfg.log_level, cpu_affinity=placement.actor_cores[actor_id],
-            precision=placement.actor_precision, bonus=bonus,
-            return_discount=float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,
-            rollouts_per_update=cfg.batch_size // placement.stepping if cfg.train.get("sync", False) else 0,
+            ActorEnvs(placement.env_cfg, placement.envs_per_actor,
+                      env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor)),
+            collection, model, slots.tensors, channels,
+            ActorProcess(os.getpid(), log_level or cfg.log_level, placement.actor_cores[actor_id]), bonus,
         )
         for actor_id in range(placement.num_actors)
     ]
@@ -70,9 +71,9 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
     process group)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    pin_process(ctx.cpu_affinity)
+    pin_process(ctx.process.cpu_affinity)
     ch = ctx.channels
-    log_to_queue(ch.log_queue, ctx.log_level, actor=actor_id)
+    log_to_queue(ch.log_queue, ctx.process.log_level, actor=actor_id)
     torch.set_num_threads(1)
     held: list[int] = []
     try:
@@ -92,7 +93,7 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
 
 
 def _should_stop(ctx: ActorContext) -> bool:
-    return ctx.channels.stop_event.is_set() or os.getppid() != ctx.parent_pid
+    return ctx.channels.stop_event.is_set() or os.getppid() != ctx.process.parent_pid
 
 
 def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
@@ -111,27 +112,27 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     """
     from omegaconf import OmegaConf
 
-    env_cfg = OmegaConf.create(ctx.env_cfg)
+    env_cfg, num_envs, precision = OmegaConf.create(ctx.envs.env_cfg), ctx.envs.num_envs, ctx.collection.precision
     model = ctx.model
-    env = VectorStepper(make_vector_env(env_cfg, ctx.num_envs, num_threads=1,
-                                        async_step=bool(env_cfg.get("async_step", False))), ctx.num_envs)
+    env = VectorStepper(make_vector_env(env_cfg, num_envs, num_threads=1,
+                                        async_step=bool(env_cfg.get("async_step", False))), num_envs)
     writer = SlotWriter(actor_id, ctx, held, lambda: _should_stop(ctx))
     episodes = Episodes(actor_id, ctx)
-    state = AgentState(model, ctx.num_envs)
+    state = AgentState(model, num_envs)
     space, clip = model.action_space, clips_actions(env_cfg)
-    bonus = ctx.bonus.start(ctx.num_envs) if ctx.bonus is not None else None
+    bonus = ctx.bonus.start(num_envs) if ctx.bonus is not None else None
     try:
-        ids, obs = env.reset(ctx.seed)
+        ids, obs = env.reset(ctx.envs.seed)
         while True:
             ctx.channels.heartbeat[actor_id] = time.time()
             ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
-            out, seen = step_policy(model, obs_t, state, ids_t, precision=ctx.precision)
+            out, seen = step_policy(model, obs_t, state, ids_t, precision=precision)
             if bonus is not None:
                 out["intrinsic_bonus"] = bonus(obs_t, seen.first, ids_t)
             if writer.write_acted(ids, obs_t, out, seen) and writer.update_due():  # act again, updated
                 writer.await_new_weights(ids)
                 state.restore_core(ids_t, seen.core)
-                out = {**out, **step_policy(model, obs_t, state, ids_t, precision=ctx.precision)[0]}
+                out = {**out, **step_policy(model, obs_t, state, ids_t, precision=precision)[0]}
                 writer.restage(ids, out)
             env.send(space.to_env(out["action"], clip))  # clipped with env.clip_actions; the sample is stored
 
@@ -144,7 +145,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
             if truncated.any():
                 cut = torch.from_numpy(np.flatnonzero(truncated))
                 values = final_values(model, _final_obs(info, truncated), state, ids_t[cut], actions[cut],
-                                      rewards[cut], ctx.precision)
+                                      rewards[cut], precision)
             writer.write_stepped(ids, rewards, terminated, truncated, values)
             ended = terminated | truncated
             state.after_env_step(actions, rewards, ended, ids_t)

@@ -10,27 +10,30 @@ from distrl.intrinsic import ActorBonus
 from distrl.sampling.slots import Channels
 
 
-@dataclass
-class ActorContext:
-    """Everything an actor process needs, as picklable plain values and shared objects.
+@dataclass(frozen=True)
+class ActorEnvs:
+    """The envs an actor steps.
 
     Attributes:
         env_cfg: the ``env`` config node as a plain dict, ``async_step`` resolved
             (:class:`distrl.config.placement.Placement`); no Hydra objects in children.
-        num_steps: unroll length T.
         num_envs: environments stepped by this actor.
         seed: seed of this actor's first environment (:func:`distrl.envs.env_seed`).
-        model: the shared-memory actor copy of the network (``ActorCritic``).
-        slot_tensors: the slots' shared tensors ({key: [num_storages, *spec_shape]}).
-        channels: queues, stop event and policy version shared with the trainer.
-        parent_pid: the trainer's pid; the actor exits when it is gone.
-        log_level: logging level name for this process.
-        cpu_affinity: the cores this process (and the env threads it starts) may run on, or
-            None to leave it to the OS.
+    """
+
+    env_cfg: dict
+    num_envs: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Collection:
+    """How an actor fills its slots.
+
+    Attributes:
+        num_steps: unroll length T.
         precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`);
             the stored behaviour logits and baselines are float32 either way.
-        bonus: an intrinsic bonus the actor computes for each observation (E3B's:
-            :class:`distrl.intrinsic.ActorBonus`), or None.
         return_discount: with ``agent.normalize_returns``, the discount of the return each env's
             ``discounted_return`` follows (``agent.discount``); None: not recorded.
         rollouts_per_update: synchronous collection (``train.sync``): after handing in this many
@@ -40,17 +43,47 @@ class ActorContext:
             asynchronous collection, no waiting.
     """
 
-    env_cfg: dict
     num_steps: int
-    num_envs: int
-    seed: int
-    model: Any
-    slot_tensors: dict
-    channels: Channels
+    precision: str = "fp32"
+    return_discount: float | None = None
+    rollouts_per_update: int = 0
+
+
+@dataclass
+class ActorProcess:
+    """The actor's process.
+
+    Attributes:
+        parent_pid: the trainer's pid; the actor exits when it is gone.
+        log_level: logging level name for this process.
+        cpu_affinity: the cores this process (and the env threads it starts) may run on, or None to
+            leave it to the OS.
+    """
+
     parent_pid: int
     log_level: str = "INFO"
     cpu_affinity: tuple[int, ...] | None = None
-    precision: str = "fp32"
+
+
+@dataclass
+class ActorContext:
+    """Everything an actor process needs, as picklable plain values and shared objects.
+
+    Attributes:
+        envs: the envs it steps (:class:`ActorEnvs`).
+        collection: how it fills its slots (:class:`Collection`).
+        model: the shared-memory actor copy of the network (``ActorCritic``).
+        slot_tensors: the slots' shared tensors ({key: [num_storages, *spec_shape]}).
+        channels: queues, stop event and policy version shared with the trainer.
+        process: its process (:class:`ActorProcess`).
+        bonus: an intrinsic bonus the actor computes for each observation (E3B's:
+            :class:`distrl.intrinsic.ActorBonus`), or None.
+    """
+
+    envs: ActorEnvs
+    collection: Collection
+    model: Any
+    slot_tensors: dict
+    channels: Channels
+    process: ActorProcess
     bonus: ActorBonus | None = None
-    return_discount: float | None = None
-    rollouts_per_update: int = 0

@@ -47,8 +47,8 @@ class SlotWriter:
         self.actor_id = actor_id
         self.ctx = ctx
         self.should_stop = should_stop
-        self.T = ctx.num_steps
-        n = ctx.num_envs
+        self.T = ctx.collection.num_steps
+        n = ctx.envs.num_envs
         self.slot = np.full(n, -1, dtype=np.int64)
         self.row = np.zeros(n, dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
@@ -56,7 +56,7 @@ class SlotWriter:
         self.handed_rollouts = 0
         self.held = held
         # each env's discounted return so far (agent.normalize_returns), restarted at episode ends
-        self.discounted_return = np.zeros(n, dtype=np.float64) if ctx.return_discount is not None else None
+        self.discounted_return = np.zeros(n, dtype=np.float64) if ctx.collection.return_discount is not None else None
         # Observations go straight into each env's shared slot (one memcpy per env and step).
         # Staging them too would stream every frame through memory twice and, with the larger
         # working set, evict the model's weights from the cache between forward passes.
@@ -95,10 +95,11 @@ class SlotWriter:
 
     def update_due(self) -> bool:
         """Synchronous collection: whether the envs' rollouts handed in make their share of a batch
-        (``rollouts_per_update`` of :class:`ActorContext`), so that the learner's next update needs
-        them all; never with asynchronous collection. Envs hand in together there (same rows, no
-        async stepping), so one hand-in is one rollout of every env."""
-        due = self.ctx.rollouts_per_update > 0 and self.handed_rollouts >= self.ctx.rollouts_per_update
+        (``rollouts_per_update`` of :class:`distrl.sampling.context.Collection`), so that the
+        learner's next update needs them all; never with asynchronous collection. Envs hand in
+        together there (same rows, no async stepping), so one hand-in is one rollout of every env."""
+        per_update = self.ctx.collection.rollouts_per_update
+        due = per_update > 0 and self.handed_rollouts >= per_update
         if due:
             self.handed_rollouts = 0
         return due
@@ -153,7 +154,7 @@ class SlotWriter:
         stage["truncation_value"][at] = 0.0
         if self.discounted_return is not None:
             returns = self.discounted_return
-            returns[ids] = returns[ids] * self.ctx.return_discount + rewards.numpy()
+            returns[ids] = returns[ids] * self.ctx.collection.return_discount + rewards.numpy()
             stage["discounted_return"][at] = torch.from_numpy(returns[ids].astype(np.float32))
             returns[ids[terminated | truncated]] = 0.0
         if truncation_values is not None:
@@ -193,7 +194,7 @@ class SlotWriter:
             buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
             value[envs_t, 0] = value[envs_t, -1]
         buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
-        buf["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * self.ctx.num_envs)
+        buf["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * self.ctx.envs.num_envs)
         for slot in slots.tolist():
             self.held.remove(slot)
             self.ctx.channels.owner[slot] = NO_OWNER
@@ -229,8 +230,8 @@ class Episodes:
 
     def __init__(self, actor_id: int, ctx: ActorContext):
         self.actor_id, self.queue = actor_id, ctx.channels.episode_queue
-        self.total = np.zeros(ctx.num_envs, dtype=np.float64)
-        self.length = np.zeros(ctx.num_envs, dtype=np.int64)
+        self.total = np.zeros(ctx.envs.num_envs, dtype=np.float64)
+        self.length = np.zeros(ctx.envs.num_envs, dtype=np.int64)
 
     def add(self, ids: np.ndarray, reward: np.ndarray, ended: np.ndarray) -> None:
         self.total[ids] += reward
