@@ -102,42 +102,42 @@ class BatchKey:
 
 
 _F32, _BOOL, _I64 = torch.float32, torch.bool, torch.int64
-T1, T, UNROLL = Rows.T_PLUS_1, Rows.T, Rows.UNROLL
-ACTING, STEPPING, SLOT, LEARNER = Writer.ACTING, Writer.STEPPING, Writer.SLOT, Writer.LEARNER
+_T1, _T, _UNROLL = Rows.T_PLUS_1, Rows.T, Rows.UNROLL
+_ACTING, _STEPPING, _SLOT, _LEARNER = Writer.ACTING, Writer.STEPPING, Writer.SLOT, Writer.LEARNER
 
 KEYS: dict[str, BatchKey] = {key.name: key for key in (
-    BatchKey("obs", T1, ACTING, ("obs",), "obs", doc="the observation x_t (uint8 images, float32 vectors)"),
-    BatchKey("first", T1, ACTING, (), _BOOL, doc="whether x_t starts an episode"),
-    BatchKey("last_action", T1, ACTING, ("action",), "action", doc="the action taken before x_t (0 where first)"),
-    BatchKey("last_reward", T1, ACTING, (), _F32, doc="the raw reward it gave (0 where first)"),
-    BatchKey("action", T1, ACTING, ("action",), "action",
+    BatchKey("obs", _T1, _ACTING, ("obs",), "obs", doc="the observation x_t (uint8 images, float32 vectors)"),
+    BatchKey("first", _T1, _ACTING, (), _BOOL, doc="whether x_t starts an episode"),
+    BatchKey("last_action", _T1, _ACTING, ("action",), "action", doc="the action taken before x_t (0 where first)"),
+    BatchKey("last_reward", _T1, _ACTING, (), _F32, doc="the raw reward it gave (0 where first)"),
+    BatchKey("action", _T1, _ACTING, ("action",), "action",
              doc="the behaviour policy's action at x_t, the sample as drawn (step_policy)"),
-    BatchKey("policy_params", T1, ACTING, ("params",), _F32,
+    BatchKey("policy_params", _T1, _ACTING, ("params",), _F32,
              doc="the behaviour distribution's parameters at x_t (distrl.nn.distributions; step_policy)"),
-    BatchKey("baseline", T1, ACTING, (), _F32, doc="the behaviour policy's value of x_t (step_policy)"),
-    BatchKey("intrinsic_bonus", T1, ACTING, (), _F32, "actor_bonus",
+    BatchKey("baseline", _T1, _ACTING, (), _F32, doc="the behaviour policy's value of x_t (step_policy)"),
+    BatchKey("intrinsic_bonus", _T1, _ACTING, (), _F32, "actor_bonus",
              doc="the bonus the actor gave x_t (intrinsic=e3b; distrl.intrinsic.e3b); the intrinsic reward of "
                  "step t is row t+1's"),
-    BatchKey("reward", T1, STEPPING, (), _F32, doc="the raw reward of step t"),
-    BatchKey("terminated", T1, STEPPING, (), _BOOL, doc="step t ended its episode in a terminal state"),
-    BatchKey("truncated", T1, STEPPING, (), _BOOL, doc="step t ended its episode at a time limit"),
-    BatchKey("truncation_value", T1, STEPPING, (), _F32,
+    BatchKey("reward", _T1, _STEPPING, (), _F32, doc="the raw reward of step t"),
+    BatchKey("terminated", _T1, _STEPPING, (), _BOOL, doc="step t ended its episode in a terminal state"),
+    BatchKey("truncated", _T1, _STEPPING, (), _BOOL, doc="step t ended its episode at a time limit"),
+    BatchKey("truncation_value", _T1, _STEPPING, (), _F32,
              doc="on truncation, the behaviour baseline of the episode's final observation (else 0)"),
-    BatchKey("discounted_return", T1, STEPPING, (), _F32, "returns",
+    BatchKey("discounted_return", _T1, _STEPPING, (), _F32, "returns",
              doc="the env's discounted return so far, restarted at every episode end (agent.normalize_returns: "
                  "its running variance scales the rewards)"),
-    BatchKey("policy_version", UNROLL, SLOT, (), _I64, doc="the policy version the unroll started with"),
-    BatchKey("env_id", UNROLL, SLOT, (), _I64,
+    BatchKey("policy_version", _UNROLL, _SLOT, (), _I64, doc="the policy version the unroll started with"),
+    BatchKey("env_id", _UNROLL, _SLOT, (), _I64,
              doc="the env that wrote it: actor x envs_per_actor + env, numbered within a rank"),
-    BatchKey("core_h", UNROLL, SLOT, ("core",), _F32, "core_size", doc="the LSTM core's h before row 0"),
-    BatchKey("core_c", UNROLL, SLOT, ("core",), _F32, "core_size", doc="the LSTM core's c before row 0"),
-    BatchKey("intrinsic_reward", T, LEARNER, (), _F32, "with an intrinsic reward",
+    BatchKey("core_h", _UNROLL, _SLOT, ("core",), _F32, "core_size", doc="the LSTM core's h before row 0"),
+    BatchKey("core_c", _UNROLL, _SLOT, ("core",), _F32, "core_size", doc="the LSTM core's c before row 0"),
+    BatchKey("intrinsic_reward", _T, _LEARNER, (), _F32, "with an intrinsic reward",
              doc="step t's normalised intrinsic reward (distrl.intrinsic)"),
-    BatchKey("advantages", T, LEARNER, (), _F32, "agent.minibatch=steps",
+    BatchKey("advantages", _T, _LEARNER, (), _F32, "agent.minibatch=steps",
              doc="the batch's advantages, before the epochs (AgentLoss.batch_targets)"),
-    BatchKey("value_targets", T, LEARNER, ("heads",), _F32, "agent.minibatch=steps",
+    BatchKey("value_targets", _T, _LEARNER, ("heads",), _F32, "agent.minibatch=steps",
              doc="the batch's value targets, [T, B, H] for H value heads (AgentLoss.batch_targets)"),
-    BatchKey("preactivations_old", T1, LEARNER, ("features",), _F32, "agent.pfo_coef > 0",
+    BatchKey("preactivations_old", _T1, _LEARNER, ("features",), _F32, "agent.pfo_coef > 0",
              doc="the encoder's pre-activations at the update's start, PFO's anchor "
                  "(distrl.learning.losses.penalties.FeatureDrift)"),
 )}
