@@ -76,8 +76,8 @@ class BatchKey:
         writer: who writes it (:class:`Writer`).
         shape: one row's shape: ints, or one of :data:`SHAPES`, which the layout resolves.
         dtype: a torch dtype, or one of :data:`DTYPES`.
-        when: the :class:`RolloutLayout` attribute that says whether a run has the key (a stored key,
-            true or not None), or a description of when the learner adds it; None: always.
+        when: for a stored key, the :class:`RolloutLayout` attribute that says whether a run stores it
+            (true or not None); None: every run (and every learner's key: its ``doc`` says when).
         doc: what it holds.
     """
 
@@ -131,14 +131,15 @@ KEYS: dict[str, BatchKey] = {key.name: key for key in (
              doc="the env that wrote it: actor x envs_per_actor + env, numbered within a rank"),
     BatchKey("core_h", _UNROLL, _SLOT, ("core",), _F32, "core_size", doc="the LSTM core's h before row 0"),
     BatchKey("core_c", _UNROLL, _SLOT, ("core",), _F32, "core_size", doc="the LSTM core's c before row 0"),
-    BatchKey("intrinsic_reward", _T, _LEARNER, (), _F32, "with an intrinsic reward",
-             doc="step t's normalised intrinsic reward (distrl.intrinsic)"),
-    BatchKey("advantages", _T, _LEARNER, (), _F32, "agent.minibatch=steps",
-             doc="the batch's advantages, before the epochs (AgentLoss.batch_targets)"),
-    BatchKey("value_targets", _T, _LEARNER, ("heads",), _F32, "agent.minibatch=steps",
-             doc="the batch's value targets, [T, B, H] for H value heads (AgentLoss.batch_targets)"),
-    BatchKey("preactivations_old", _T1, _LEARNER, ("features",), _F32, "agent.pfo_coef > 0",
-             doc="the encoder's pre-activations at the update's start, PFO's anchor "
+    BatchKey("intrinsic_reward", _T, _LEARNER, (), _F32,
+             doc="step t's normalised intrinsic reward, with an intrinsic reward (distrl.intrinsic)"),
+    BatchKey("advantages", _T, _LEARNER, (), _F32,
+             doc="the batch's advantages, before the epochs, with agent.minibatch=steps (AgentLoss.batch_targets)"),
+    BatchKey("value_targets", _T, _LEARNER, ("heads",), _F32,
+             doc="the batch's value targets, [T, B, H] for H value heads, with agent.minibatch=steps "
+                 "(AgentLoss.batch_targets)"),
+    BatchKey("preactivations_old", _T1, _LEARNER, ("features",), _F32,
+             doc="the encoder's pre-activations at the update's start, PFO's anchor, with agent.pfo_coef > 0 "
                  "(distrl.learning.losses.penalties.FeatureDrift)"),
 )}
 

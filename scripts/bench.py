@@ -161,7 +161,7 @@ def bench_sampling(cfg, spec, args) -> float:
                           value_norm=bool(cfg.agent.normalize_values))
     policy.share_actor(actor_precision=placement.actor_precision)
     slots = Slots(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
-    channels = Channels.create(slots, ctx, placement.num_actors)
+    channels = Channels.create(slots, ctx, placement.num_actors, sync=bool(cfg.train.get("sync", False)))
     stop, episodes = channels.stop_event, channels.episode_queue
     intrinsic = intrinsic_for_run(cfg, spec, placement.stepping)  # e3b's bonus is computed in the actors
     bonus = intrinsic.actor_bonus if intrinsic is not None else None

@@ -38,7 +38,7 @@ def one_actor(overrides: list[str], num_slots: int):
     policy.share_actor()
     ctx = mp.get_context("spawn")
     pool = Slots(RolloutLayout.for_run(cfg, spec), num_slots, ctx)
-    channels = Channels.create(pool, ctx, 1)
+    channels = Channels.create(pool, ctx, 1, sync=bool(cfg.train.get("sync", False)))
     actor_ctx = actor_contexts(cfg, plan(cfg), policy.actor, pool, channels)[0]
     actor_ctx.process.parent_pid = os.getppid()  # the actor runs in a thread here: its "parent" is ours
     return policy, pool, channels, actor_ctx

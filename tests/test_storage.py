@@ -154,7 +154,7 @@ def test_a_waiting_actor_wakes_when_the_version_is_published_and_a_dead_ones_pip
     """Synchronous collection's barrier (PolicyVersion): an actor process asleep on its pipe wakes at
     the publication, not at a poll; a wait times out with False; publications nobody reads (a dead
     actor's pipe full) never block the learner."""
-    version = PolicyVersion(CTX, num_actors=2)
+    version = PolicyVersion(CTX, num_waiters=2)
     assert not version.wait_past(0, 0, timeout=0.1)
     woke = torch.zeros(2, dtype=torch.float64).share_memory_()
     child = CTX.Process(target=_wait_for_version, args=(version, woke))

@@ -103,7 +103,8 @@ class TrainingLoop:
             self.run_dir, train.num_train_steps, self.learner.position.agent_steps, self.spec.frameskip,
             hparams=hparams, progress=self.progress, wandb=WandbSink.start(self.run_dir, cfg),
         ) if self.ranks.is_main else NullTelemetry()
-        channels = Channels.create(slots, mp_context, p.num_actors, self.learner.position.policy_version)
+        channels = Channels.create(slots, mp_context, p.num_actors, self.learner.position.policy_version,
+                                   sync=bool(train.get("sync", False)))
         self.actor_logs = logs.ActorLogWriter(channels.log_queue, self.run_dir / "actors.log")
         self.actor_logs.start()
         first_actor = self.ranks.rank * p.num_actors

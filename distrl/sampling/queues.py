@@ -185,55 +185,75 @@ class SharedValue:
         return bool(self.tensor[0])
 
 
+class _Wakeup(_Pipe):
+    """One waiter's wake-up pipe: :meth:`notify` writes a byte without blocking (a pipe full of
+    unread wake-ups, a dead waiter's, is left as it is: one is enough to wake); :meth:`wait` sleeps
+    until there is one, then empties the pipe."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx, 4096)
+        os.set_blocking(self._writer.fileno(), False)
+
+    def notify(self) -> None:
+        try:
+            os.write(self._writer.fileno(), b"\x01")
+        except BlockingIOError:  # full of wake-ups nobody read: enough to wake its reader
+            pass
+
+    def wait(self, deadline: float) -> bool:
+        """Sleep until a wake-up arrives or ``deadline`` (``time.monotonic()``) passes; whether one came."""
+        if not self._wait(deadline):
+            return False
+        try:
+            os.read(self._reader.fileno(), 4096)
+        except BlockingIOError:  # emptied already
+            pass
+        return True
+
+
 class PolicyVersion(SharedValue):
     """The policy version (the learner's updates so far) in shared memory, and its publication: a
-    wake-up pipe per actor, so that an actor of synchronous collection sleeps until the learner
-    publishes new weights instead of polling the number (:meth:`wait_past`).
+    wake-up pipe per waiting actor (synchronous collection), so that such an actor sleeps until the
+    learner publishes new weights instead of polling the number (:meth:`wait_past`).
 
-    :meth:`publish` sets the number, then writes one byte to every actor's pipe without blocking (a
-    pipe full of unread wake-ups, a dead actor's, is left as it is: one is enough to wake). A waiter
-    reads the number, and only while it is not yet past the version waits on its pipe, so a wake-up
-    is never missed; it then empties the pipe. As every queue here, no lock is held between system
-    calls (a killed actor leaves nothing held).
+    :meth:`publish` sets the number, then wakes every waiter. A waiter reads the number, and only
+    while it is not yet past the version sleeps on its pipe, so a wake-up is never missed. As every
+    queue here, no lock is held between system calls (a killed actor leaves nothing held).
 
     Args:
         ctx: a ``multiprocessing`` context.
-        num_actors: the actors that may wait (actor ids ``0..num_actors-1``).
+        num_waiters: the actors that may wait (actor ids ``0..num_waiters-1``); 0 with asynchronous
+            collection, where nobody waits and publishing is setting the number.
         value: the version to start at.
     """
 
-    def __init__(self, ctx, num_actors: int, value: int = 0):
+    def __init__(self, ctx, num_waiters: int, value: int = 0):
         super().__init__(value)
-        self.wakeups = [_Pipe(ctx, 4096) for _ in range(num_actors)]
-        for pipe in self.wakeups:
-            os.set_blocking(pipe._writer.fileno(), False)
+        self.wakeups = [_Wakeup(ctx) for _ in range(num_waiters)]
 
     def publish(self, value: int) -> None:
         """Set the version to ``value`` and wake every actor waiting for it."""
         self.value = value
-        for pipe in self.wakeups:
-            try:
-                os.write(pipe._writer.fileno(), b"\x01")
-            except BlockingIOError:  # full of wake-ups nobody read: enough to wake its reader
-                pass
+        for wakeup in self.wakeups:
+            wakeup.notify()
 
     def wait_past(self, version: int, actor_id: int, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until the version is past ``version``; whether it is."""
-        pipe = self.wakeups[actor_id]
+        """Wait up to ``timeout`` seconds until the version is past ``version``; whether it is.
+
+        Raises:
+            IndexError: ``actor_id`` has no wake-up pipe (collection is not synchronous).
+        """
+        wakeup = self.wakeups[actor_id]
         deadline = time.monotonic() + timeout
         while self.value <= version:
-            if not pipe._wait(deadline):
+            if not wakeup.wait(deadline):
                 return self.value > version
-            try:
-                os.read(pipe._reader.fileno(), 4096)
-            except BlockingIOError:  # emptied already
-                pass
         return True
 
     def close(self) -> None:
         """Close this process's ends of the wake-up pipes."""
-        for pipe in self.wakeups:
-            pipe.close()
+        for wakeup in self.wakeups:
+            wakeup.close()
 
 
 def drain(q) -> list:

@@ -52,12 +52,13 @@ class Channels:
     heartbeat: torch.Tensor
 
     @classmethod
-    def create(cls, slots: Any, mp_context, num_actors: int, policy_version: int = 0) -> Channels:
-        """The channels of a :class:`Slots` ``slots`` (its slot queues
-        and ``owner``) for ``num_actors`` actors, with new message queues and shared values."""
+    def create(cls, slots: Any, mp_context, num_actors: int, policy_version: int = 0, sync: bool = False) -> Channels:
+        """The channels of a :class:`Slots` ``slots`` (its slot queues and ``owner``) for ``num_actors``
+        actors, with new message queues and shared values; with ``sync`` (``train.sync``) every actor
+        gets a wake-up pipe for the learner's publications (:class:`PolicyVersion`)."""
         return cls(slots.free_queue, slots.full_queue, slots.owner, MessageQueue(mp_context),
                    MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0),
-                   PolicyVersion(mp_context, num_actors, policy_version),
+                   PolicyVersion(mp_context, num_actors if sync else 0, policy_version),
                    torch.zeros(num_actors, dtype=torch.float64).share_memory_())
 
     def close(self) -> None:

@@ -129,8 +129,8 @@ class SlotWriter:
     def _write_out(self, at: tuple, out: dict) -> None:
         for key, value in out.items():
             staged = self.stage.get(key)
-            if staged is None:
-                raise KeyError(f"{declared(key).name!r} is not stored by this run's slots (when: {declared(key).when})")
+            if staged is None:  # undeclared (UndeclaredKeyError), or declared for other runs
+                raise KeyError(f"{key!r} is not stored by this run's slots (when: {declared(key).when})")
             staged[at] = value
 
     def actions(self, ids: np.ndarray) -> torch.Tensor:

@@ -130,7 +130,6 @@ class AgentLoss:
             the :class:`~distrl.learning.losses.penalties.KLPenalty` with ``agent.kl_cost > 0``.
         reads_preactivations: a penalty reads the encoder's pre-activations (the learner's forward
             pass returns them, :class:`Outputs`).
-        prepares: something is computed once before an update's first optimizer step (:meth:`prepare`).
     """
 
     def __init__(self, objective: Objective, agent: DictConfig, action_space: ActionSpace | int,
@@ -152,8 +151,12 @@ class AgentLoss:
         self.penalties = [penalty for penalty, on in wanted if on]
         self.reads_preactivations = any(penalty.reads_preactivations for penalty in self.penalties)
         self._anchors = [penalty.before_first_step for penalty in self.penalties if penalty.before_first_step]
-        self._batch_targets = steps
-        self.prepares = bool(self._anchors) or steps
+        self._targets_per_batch = steps
+
+    @property
+    def prepares(self) -> bool:
+        """Whether something is computed once before an update's first optimizer step (:meth:`prepare`)."""
+        return bool(self._anchors) or self._targets_per_batch
 
     def prepare(self, batch: dict[str, torch.Tensor], outputs: Outputs,
                 intrinsic_coef: float = 0.0) -> dict[str, torch.Tensor]:
@@ -164,7 +167,7 @@ class AgentLoss:
         added = {}
         for anchor in self._anchors:
             added.update(anchor(outputs))
-        if self._batch_targets:
+        if self._targets_per_batch:
             added.update(self.batch_targets(batch, outputs.params, outputs.values, intrinsic_coef))
         return {**batch, **added}
 
