@@ -124,7 +124,7 @@ KEYS: dict[str, BatchKey] = {key.name: key for key in (
     BatchKey("truncation_value", _T1, _STEPPING, (), _F32,
              doc="on truncation, the behaviour baseline of the episode's final observation (else 0)"),
     BatchKey("discounted_return", _T1, _STEPPING, (), _F32, "returns",
-             doc="the env's discounted return so far, restarted at every episode end (agent.normalize_returns: "
+             doc="the env's discounted return so far, restarted at every episode end (agent.normalize_rewards: "
                  "its running variance scales the rewards)"),
     BatchKey("policy_version", _UNROLL, _SLOT, (), _I64, doc="the policy version the unroll started with"),
     BatchKey("env_id", _UNROLL, _SLOT, (), _I64,
@@ -187,7 +187,7 @@ class RolloutLayout:
             and dtype of ``action`` and ``last_action``, the width of ``policy_params``.
         core_size: the LSTM core's hidden size H, or None without a core.
         actor_bonus: the actors store an intrinsic bonus per row (``intrinsic=e3b``).
-        returns: the actors store each env's discounted return (``agent.normalize_returns``).
+        returns: the actors store each env's discounted return (``agent.normalize_rewards``).
     """
 
     num_steps: int
@@ -204,12 +204,12 @@ class RolloutLayout:
         return cls(cfg.num_steps, tuple(spec.obs_shape),
                    torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.action_space,
                    cfg.model.feature_dim if cfg.model.use_lstm else None, cfg.intrinsic.name == "e3b",
-                   bool(cfg.agent.get("normalize_returns", False)))
+                   bool(cfg.agent.get("normalize_rewards", False)))
 
-    def nbytes(self, num_storages: int) -> int:
-        """Bytes of shared memory ``num_storages`` slots of this layout take."""
+    def nbytes(self, num_slots: int) -> int:
+        """Bytes of shared memory ``num_slots`` slots of this layout take."""
         per_slot = sum(math.prod(shape) * dtype.itemsize for shape, dtype in self.specs().values())
-        return per_slot * num_storages
+        return per_slot * num_slots
 
     def specs(self) -> Specs:
         """``{key: (per-slot shape, dtype)}`` of every stored key of :data:`KEYS` this run has, without the

@@ -157,10 +157,10 @@ def bench_sampling(cfg, spec, args) -> float:
     ctx = mp.get_context("spawn")
     placement = plan(cfg)
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
-                          return_norm=bool(cfg.agent.normalize_returns),
+                          return_norm=bool(cfg.agent.normalize_rewards),
                           value_norm=bool(cfg.agent.normalize_values))
     policy.share_actor(actor_precision=placement.actor_precision)
-    slots = Slots(RolloutLayout.for_run(cfg, spec), placement.num_storages, ctx)
+    slots = Slots(RolloutLayout.for_run(cfg, spec), placement.num_slots, ctx)
     channels = Channels.create(slots, ctx, placement.num_actors, sync=bool(cfg.train.get("sync", False)))
     stop, episodes = channels.stop_event, channels.episode_queue
     intrinsic = intrinsic_for_run(cfg, spec, placement.stepping)  # e3b's bonus is computed in the actors
@@ -230,7 +230,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     placement = plan(cfg)
     device = placement.device
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
-                          return_norm=bool(cfg.agent.normalize_returns),
+                          return_norm=bool(cfg.agent.normalize_rewards),
                           value_norm=bool(cfg.agent.normalize_values)).to(device)
     policy.share_actor(actor_precision=placement.actor_precision)
     cfg.train.num_train_steps = 10**12

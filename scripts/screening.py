@@ -48,7 +48,7 @@ def read(run_dir: Path, window: int) -> dict:
         "game": cfg["env"]["id"].split("/")[-1].removesuffix("-v5"),
         "candidate": (f"{agent['name']} T={cfg['num_steps']} B={cfg['batch_size']} {agent['optimizer']} "
                       f"lr={agent['lr']:g}"
-                      + ("" if cfg.get("num_storages", "auto") == "auto" else f" storages={cfg['num_storages']}")
+                      + ("" if cfg.get("num_slots", "auto") == "auto" else f" slots={cfg['num_slots']}")
                       + (" layer_norm" if cfg.get("model", {}).get("layer_norm") else "")
                       + (f" pfo={agent['pfo_coef']:g}" if agent.get("pfo_coef") else "")),
         "seed": cfg["seed"],

@@ -47,7 +47,7 @@ TINY_CARTPOLE = [
 # steps per batch, at a quarter of the learner's work (the fixture took 29.5 s against 38 s with
 # 4 x 4, 2-core AMD EPYC beside three training runs).
 PONG_RUN = [*TINY_PONG, "model.last_action_reward=true", "model.layer_norm=true", "env.async_step=true",
-            "num_learners=2", "num_storages=12",
+            "num_learners=2", "num_slots=12",
             "precision=auto", "agent.num_epochs=2", "agent.num_minibatches=2",
             "train.num_train_steps=1000", "train.log_interval=400", "train.eval_interval=500"]
 

@@ -232,7 +232,7 @@ def test_pfo_adds_the_weighted_drift_of_the_encoders_preactivations_from_the_upd
     losses = learner.update(batch)  # 2 optimizer steps: the drift reported is the last one's, before its step
     assert losses["feature_drift"] > 0.0 and "feature_drift" not in plain.update(batch)
     assert any(not torch.equal(a, b) for a, b in zip(policy.learner.parameters(),
-                                                     plain.net.learner.parameters(), strict=True))
+                                                     plain.networks.learner.parameters(), strict=True))
 
 
 def test_pfo_is_refused_where_it_cannot_act():

@@ -133,9 +133,9 @@ def test_a_checkpoint_of_751cbb7_resumes_weights_optimizer_schedule_and_counters
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected_lr)
     for index, values in trainer.optimizer.state_dict()["state"].items():
         torch.testing.assert_close(values["square_avg"], state["optimizer"]["state"][index]["square_avg"])
-    for name, value in trainer.net.learner.state_dict().items():
+    for name, value in trainer.networks.learner.state_dict().items():
         torch.testing.assert_close(value, state["model"][name])
-    assert_actor_holds(trainer.net.actor.state_dict(), state["model"])
+    assert_actor_holds(trainer.networks.actor.state_dict(), state["model"])
     assert trainer.counters["agent_steps"] == saved and trainer.counters["updates"] == 10
 
     counters = trainer.train()
@@ -178,7 +178,7 @@ def test_a_run_directory_with_a_checkpoint_resumes_by_default_and_resume_false_s
     again = Trainer(compose_train(PONG_RUN), run_dir, progress=False)
     assert again.resumed_from == latest
     assert again.counters["agent_steps"] == state["agent_steps"] and again.counters["updates"] == state["updates"]
-    assert_actor_holds(again.net.actor.state_dict(), state["model"])
+    assert_actor_holds(again.networks.actor.state_dict(), state["model"])
     again.run_lock.release()  # as train() does when it ends
     fresh = Trainer(compose_train([*PONG_RUN, "resume=false"]), run_dir, progress=False)
     assert fresh.resumed_from is None and fresh.counters["agent_steps"] == 0 and fresh.counters["updates"] == 0
@@ -211,7 +211,7 @@ def test_resume_from_best_continues_from_the_best_evaluation(pong_run, tmp_path)
     trainer = Trainer(cfg, tmp_path / "from-best", progress=False)
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.counters["best_eval_return"] == state["best_eval_return"]
-    assert_actor_holds(trainer.net.actor.state_dict(), state["model"])  # the actors start with the best weights
+    assert_actor_holds(trainer.networks.actor.state_dict(), state["model"])  # the actors start with the best weights
 
 
 def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_skip_it(tmp_path):
@@ -224,14 +224,14 @@ def test_an_evaluation_counts_as_run_when_it_finishes_so_a_resumed_run_does_not_
     loop = TrainingLoop(trainer)
     # log_eval's part of a reporter: no channels or workers (no actor runs here)
     loop.reporter = Reporter(NullTelemetry(), None, trainer.learner, trainer.stats, None, 1)
-    loop.evaluations = Evaluations(trainer.net.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
+    loop.evaluations = Evaluations(trainer.networks.learner, cfg.env, 10**6, cfg.seed)  # outlasts the test
     loop._evaluate_when_due(1000, done=False)
     assert loop.evaluations.busy and trainer.counters["last_eval_step"] == 0
     loop.evaluations.stop()  # as the shutdown does
     assert trainer.counters["last_eval_step"] == 0  # what the checkpoint saved after it records
     assert trainer.checkpointer.evals.due(1000)  # so a run resumed from it evaluates at its first tick
 
-    loop.evaluations = Evaluations(trainer.net.learner, cfg.env, 1, cfg.seed)
+    loop.evaluations = Evaluations(trainer.networks.learner, cfg.env, 1, cfg.seed)
     loop._evaluate_when_due(1000, done=False)
     loop.evaluations.running.result()
     loop._evaluate_when_due(1500, done=False)  # logs it; the next one is due at 2000
@@ -245,9 +245,9 @@ def test_init_model_path_loads_weights_only(pong_run, tmp_path):
     state = load_checkpoint(path)
     cfg = compose_train([*PONG_RUN, f"train.init_model_path={path}"])
     trainer = Trainer(cfg, tmp_path / "finetune", progress=False)
-    for name, value in trainer.net.learner.state_dict().items():
+    for name, value in trainer.networks.learner.state_dict().items():
         torch.testing.assert_close(value, state["model"][name])
-    assert_actor_holds(trainer.net.actor.state_dict(), state["model"])  # published to the actors too
+    assert_actor_holds(trainer.networks.actor.state_dict(), state["model"])  # published to the actors too
     assert trainer.counters["agent_steps"] == 0 and trainer.counters["updates"] == 0
     assert trainer.optimizer.state_dict()["state"] == {}
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer.schedule.at(0).learning_rate)
@@ -336,9 +336,9 @@ def test_a_checkpoint_of_the_main_before_the_move_resumes_and_trains_on(name, tm
         assert {"obs_norm.mean", "return_norm.var"} <= set(state["model"]) and state["action_space"]["kind"] == "box"
     cfg = compose_train([*MOVED[name], f"train.num_train_steps={2 * saved}", f"resume={path}"])
     trainer = Trainer(cfg, tmp_path, progress=False)
-    for key, value in trainer.net.learner.state_dict().items():
+    for key, value in trainer.networks.learner.state_dict().items():
         torch.testing.assert_close(value, state["model"][key])
-    assert_actor_holds(trainer.net.actor.state_dict(), state["model"])
+    assert_actor_holds(trainer.networks.actor.state_dict(), state["model"])
     assert trainer.counters["agent_steps"] == saved and trainer.counters["updates"] == state["updates"] == 10
     assert trainer.optimizer.state_dict()["state"].keys() == state["optimizer"]["state"].keys()
     counters = trainer.train()

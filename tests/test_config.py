@@ -98,7 +98,7 @@ MUJOCO_PRESET = {
     "agent.eps": 1e-6, "agent.entropy_cost": 0.0, "agent.baseline_cost": 2.6, "agent.discount": 0.99,
     "agent.reward_clip": None, "agent.estimator": "gae", "agent.trace_lambda": 0.95, "agent.max_grad_norm": 3.5,
     "agent.num_epochs": 2, "agent.num_minibatches": 4, "agent.minibatch": "steps", "agent.shuffle_minibatches": True,
-    "agent.normalize_advantages": True, "agent.normalize_returns": False, "agent.normalize_values": True,
+    "agent.normalize_advantages": True, "agent.normalize_rewards": False, "agent.normalize_values": True,
     "agent.pfo_coef": 0.0, "agent.kl_cost": 0.1, "agent.clip": 0.2, "agent.clip_range": "reciprocal",
     "agent.ratio_clamp": [0.05, 20], "agent.value_clip": 1.0,
 }
@@ -153,11 +153,11 @@ def test_every_default_lives_in_the_yaml_alone():
 
 BAD = [
     (["num_actors=0"], "num_actors"),
-    (["num_storages=4", "batch_size=8"], "num_storages"),
-    (["num_storages=8", "num_actors=2", "envs_per_actor=4"], "num_storages"),
+    (["num_slots=4", "batch_size=8"], "num_slots"),
+    (["num_slots=8", "num_actors=2", "envs_per_actor=4"], "num_slots"),
     # measured to hang before they were refused: async halves and partial batches of two learners
-    (["num_actors=1", "envs_per_actor=8", "env.async_step=true", "batch_size=8", "num_storages=9"], "num_storages"),
-    (["num_actors=1", "envs_per_actor=8", "num_learners=2", "batch_size=8", "num_storages=16"], "num_storages"),
+    (["num_actors=1", "envs_per_actor=8", "env.async_step=true", "batch_size=8", "num_slots=9"], "num_slots"),
+    (["num_actors=1", "envs_per_actor=8", "num_learners=2", "batch_size=8", "num_slots=16"], "num_slots"),
     (["env.id=ALE/NoSuchGame-v5"], "env.id"),
     (["experiment=cartpole", "env.id=NoSuchEnv-v0"], "env.id"),
     (["experiment=cartpole", "env.id=ALE/Pong-v5"], "env.id"),
@@ -221,7 +221,7 @@ def test_validation_names_the_key(overrides, key):
 
 @pytest.mark.parametrize("override, message", [
     ("num_actors=100000", "num_actors=100000 is not allowed"),
-    ("num_storages=100000000", "num_storages=100000000 is not allowed: at most"),
+    ("num_slots=100000000", "num_slots=100000000 is not allowed: at most"),
 ])
 def test_impossible_sizes_are_refused(override, message):
     with pytest.raises(ConfigError, match=f"^{message}"):
@@ -230,8 +230,8 @@ def test_impossible_sizes_are_refused(override, message):
 
 def test_slots_larger_than_shared_memory_are_refused():
     with pytest.raises(ConfigError) as info:  # 130,000 Pong slots of T=200: about 2.2 TB
-        validate(compose_train(["num_steps=200", "num_storages=130000"]))
-    assert str(info.value).startswith("num_storages=130000 is not allowed: the slots need") and "GiB" in str(info.value)
+        validate(compose_train(["num_steps=200", "num_slots=130000"]))
+    assert str(info.value).startswith("num_slots=130000 is not allowed: the slots need") and "GiB" in str(info.value)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -239,6 +239,7 @@ def test_slots_larger_than_shared_memory_are_refused():
     ("+train.num_train_step=2000", "train.num_train_step is not a key of this config (did you mean "
                                    "train.num_train_steps?)"),
     ("+agent.lr_decay=0.5", "agent.lr_decay is not a key"),
+    ("+num_storages=12", "num_storages is now num_slots: give num_slots=VALUE"),  # renamed
 ])
 def test_keys_added_with_plus_are_refused(override, message):
     with pytest.raises(ConfigError) as info:

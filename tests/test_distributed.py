@@ -60,7 +60,7 @@ def test_two_ranks_train_one_run_with_identical_weights(tmp_path):
     assert trainer.counters["agent_steps"] == state["agent_steps"]
     assert trainer.position.updates == state["agent_steps"] // (20 * 4)  # T x B of one rank
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(cfg.agent.lr * (1 - state["agent_steps"] / 10000))
-    assert_actor_holds(trainer.net.actor.state_dict(), state["model"])
+    assert_actor_holds(trainer.networks.actor.state_dict(), state["model"])
 
 
 @pytest.mark.long
@@ -70,7 +70,7 @@ def test_two_ranks_keep_one_set_of_observation_return_and_value_statistics(tmp_p
     every update."""
     run_dir = tmp_path / "run"  # two cores, as CI has (on one, the test above checks the refusal)
     done = run_distrl(["train", "experiment=mujoco", "env.id=Pendulum-v1", "num_actors=1", "envs_per_actor=8",
-                       "train.sync=true", "agent.normalize_values=true", "agent.normalize_returns=true",
+                       "train.sync=true", "agent.normalize_values=true", "agent.normalize_rewards=true",
                        "num_steps=16", "batch_size=8", "agent.num_minibatches=4", "agent.num_epochs=2",
                        "train.num_train_steps=4096", "train.num_eval_episodes=0", "distributed.nproc_per_node=2",
                        "distributed.check_interval=1", f"hydra.run.dir={run_dir}"], timeout=180)

@@ -66,7 +66,7 @@ def test_a_killed_actor_is_restarted_and_ctrl_c_twice_stops_thousands_of_slots(t
     its slots and training goes on; Ctrl-C twice still writes a consistent checkpoint, every one of
     6,000 slots comes back, and nothing is left running."""
     run_dir = tmp_path / "run"
-    proc = DistrlProcess(["train", *TINY_CARTPOLE, "num_storages=6000", "train.num_train_steps=10000000",
+    proc = DistrlProcess(["train", *TINY_CARTPOLE, "num_slots=6000", "train.num_train_steps=10000000",
                           "train.save_interval=100000000", "train.num_eval_episodes=0", f"hydra.run.dir={run_dir}"])
     assert proc.wait_for(lambda: _trained(run_dir), timeout=120)
     allowed = sorted(os.sched_getaffinity(0))

@@ -476,7 +476,7 @@ def test_pretraining_then_fine_tuning_from_its_run_directory(tmp_path):
     for name in ("rnd", "none"):
         tuned = Trainer(compose_train([*common, f"intrinsic={name}", f"train.init_model_path={run}"]),
                                    tmp_path / name, progress=False)
-        assert_actor_holds(tuned.net.actor.state_dict(), state["model"])
+        assert_actor_holds(tuned.networks.actor.state_dict(), state["model"])
         assert tuned.counters["agent_steps"] == 0 and tuned.optimizer.state_dict()["state"] == {}
         assert tuned.checkpointer.state()["pretraining"] is False
         if name == "rnd":

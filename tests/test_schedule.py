@@ -72,9 +72,9 @@ def test_placement_sizes_a_machine_of_1_2_16_48_cores(cores, device, actors, thr
     assert (bf16.learner_split, bf16.learner_threads) == (split, threads)
     impala = plan(compose_train(["agent=impala"]))
     assert (impala.learner_split, impala.learner_threads) == (1, max(1, cores - actors))
-    assert p.num_storages == actors * 16 + 32  # APPO, B=32
-    assert plan(compose_train(["agent=appo", "batch_size=8"])).num_storages == actors * 16 + 8 + 8
-    assert plan(compose_train(["agent=impala"])).num_storages == 2 * actors * 16 + 4
+    assert p.num_slots == actors * 16 + 32  # APPO, B=32
+    assert plan(compose_train(["agent=appo", "batch_size=8"])).num_slots == actors * 16 + 8 + 8
+    assert plan(compose_train(["agent=impala"])).num_slots == 2 * actors * 16 + 4
     if device == "cpu":
         assert not p.async_step and p.actor_cores == tuple((100 + i,) for i in range(actors))
     else:

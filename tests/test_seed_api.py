@@ -30,7 +30,7 @@ def test_rllte_arguments_map_to_distrl_keys_with_their_units():
                    num_learners=2, num_storages=30, batch_size=2, feature_dim=32, hidden_dim=48, lr=0.002, eps=0.01,
                    ent_coef=0.02, baseline_coef=0.25, max_grad_norm=40.0, discount=0.95, init_fn="identity")
     cfg = agent.cfg
-    sizes = (cfg.seed, cfg.tag, cfg.num_steps, cfg.num_actors, cfg.num_learners, cfg.num_storages)
+    sizes = (cfg.seed, cfg.tag, cfg.num_steps, cfg.num_actors, cfg.num_learners, cfg.num_slots)
     assert sizes == (7, "seed", 10, 1, 2, 30)
     assert (cfg.batch_size, cfg.envs_per_actor, cfg.model.feature_dim, cfg.model.hidden_dim) == (2, 4, 32, 48)
     assert (cfg.model.encoder, cfg.model.init_fn, cfg.env.id) == ("mlp", "default", "CartPole-v1")
@@ -46,7 +46,7 @@ def test_rllte_arguments_map_to_distrl_keys_with_their_units():
     with pytest.raises(ConfigError, match="train.pretraining"):
         DistributedAgent("CartPole-v1", pretraining=True)
     defaults = DistributedAgent("CartPole-v1")  # unset sizes: distrl's own (auto), not rllte's 45 actors
-    assert (defaults.cfg.num_actors, defaults.cfg.num_storages, defaults.cfg.num_steps) == ("auto", "auto", 16)
+    assert (defaults.cfg.num_actors, defaults.cfg.num_slots, defaults.cfg.num_steps) == ("auto", "auto", 16)
     # the seeds' IMPALA trains IMPALA's loss with IMPALA's own values, also where the env's preset
     # trains another agent (MiniGrid: APPO at its own lr)
     impala_on_minigrid, impala = IMPALA("MiniGrid-DoorKey-5x5-v0").cfg, compose_config(["agent=impala"])

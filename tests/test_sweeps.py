@@ -57,7 +57,7 @@ def refused_sweeps(cores: int) -> dict[str, tuple[list[str], str]]:
         cases["actors"] = (["hydra.launcher.n_jobs=2", f"num_actors=1,{share + 1}"],
                            rf"num_actors={share + 1} with 2 jobs at once on {cores} cores: 2 x {share + 1} actors > "
                            rf"{cores} cores; each job has {share} core\(s\)")
-        cases["memory"] = (["hydra.launcher.n_jobs=2", "num_storages=10000000000"],
+        cases["memory"] = (["hydra.launcher.n_jobs=2", "num_slots=10000000000"],
                            r"2 jobs at once need about [\d.]+ GiB \([\d.]+ GiB each: rollout storage and processes\), "
                            r"this machine has [\d.]+ GiB available")
     return cases

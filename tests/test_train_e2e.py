@@ -104,7 +104,7 @@ def test_cartpole_lstm_two_prefetching_learners_time_limit_and_a_linear_entropy_
     steps = 8000
     trainer, counters = _train_here(
         [*TINY_CARTPOLE, "model.use_lstm=true", "precision=bf16", "env.max_episode_steps=30", "num_learners=2",
-         "num_storages=12", "train.prefetch=true", "learner_split=2", "learner_threads=2",
+         "num_slots=12", "train.prefetch=true", "learner_split=2", "learner_threads=2",
          "agent.entropy_schedule=linear", f"train.num_train_steps={steps}", "train.num_eval_episodes=0"], tmp_path)
     assert counters["agent_steps"] >= steps
     check_run(tmp_path, steps)

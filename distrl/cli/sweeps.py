@@ -225,7 +225,7 @@ def _job_gib(config: DictConfig, cores: int) -> float:
     from distrl.rollout import RolloutLayout
 
     placement = plan(config, cores)
-    storage = RolloutLayout.for_run(config, env_spec(config.env)).nbytes(placement.num_storages)
+    storage = RolloutLayout.for_run(config, env_spec(config.env)).nbytes(placement.num_slots)
     return storage / 2**30 + PROCESS_GIB * (placement.num_actors + 1)
 
 

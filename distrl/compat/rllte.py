@@ -87,7 +87,7 @@ class DistributedAgent:
         num_steps: the unroll length T; None: distrl's default (20, measured; rllte's is 80).
         num_actors: actor processes; None: ``auto`` (from the cores; rllte's default is 45).
         num_learners: learner threads; None: distrl's default (1; rllte's is 4).
-        num_storages: rollout slots; None: ``auto`` (rllte's default is 60).
+        num_storages: rollout slots (``num_slots``); None: ``auto`` (rllte's default is 60).
         **kwargs: rllte's IMPALA keywords (``batch_size``, ``feature_dim``, ``hidden_dim``,
             ``use_lstm``, ``lr``, ``eps``, ``ent_coef``, ``baseline_coef``, ``max_grad_norm``,
             ``discount``, ``init_fn``; docs/api.md maps each), ``pretraining`` (the seed's
@@ -124,7 +124,7 @@ class DistributedAgent:
         if tag and tag != "default":
             overrides.append(f"tag={tag}")
         for key, value in (("num_steps", num_steps), ("num_actors", num_actors), ("num_learners", num_learners),
-                           ("num_storages", num_storages)):
+                           ("num_slots", num_storages)):
             if value is not None:
                 overrides.append(f"{key}={hydra_value(value)}")
         self.env, self.eval_env = env, eval_env
@@ -258,7 +258,7 @@ class DistributedAgent:
     @property
     def policy(self):
         """The ``DistributedActorLearner`` (after :meth:`train`)."""
-        return None if self.trainer is None else self.trainer.net
+        return None if self.trainer is None else self.trainer.networks
 
 
 class IMPALA(DistributedAgent):

@@ -17,7 +17,7 @@ from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from distrl.config.schema import ConfigError, config_dir, register_configs
+from distrl.config.schema import RENAMED, ConfigError, config_dir, register_configs, renamed_message
 
 GROUPS = ("env", "model", "agent", "intrinsic", "logger", "experiment")  # the groups a user chooses from
 
@@ -114,6 +114,8 @@ def _composition_message(command: str, config_name: str, exc: Exception) -> str:
     unknown = re.search(r"Could not override '([^']+)'", text)
     if unknown:
         key = unknown.group(1)
+        if key in RENAMED:
+            return renamed_message(key)
         return (f"{key} is not a key of distrl {command}{did_you_mean(key, config_keys(config_name))}: "
                 f"`distrl {command} --help` lists the keys")
     present = re.search(r"An item is already at '([^']+)'", text)

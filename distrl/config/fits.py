@@ -113,8 +113,8 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
 
 def _validate_slots_memory(cfg: DictConfig, placement: Placement, spec: EnvSpec) -> None:
     """The rollout slots must fit in the shared memory this machine has free."""
-    nbytes = RolloutLayout.for_run(cfg, spec).nbytes(placement.num_storages)
+    nbytes = RolloutLayout.for_run(cfg, spec).nbytes(placement.num_slots)
     room = host.shared_memory_room()
-    check(nbytes <= room, "num_storages", placement.num_storages,
+    check(nbytes <= room, "num_slots", placement.num_slots,
            f"the slots need {nbytes / 2**30:.1f} GiB of shared memory, more than the {room / 2**30:.1f} GiB "
            f"free here (/dev/shm, MemAvailable)")

@@ -34,7 +34,7 @@ class Placement:
         device: the learner's device.
         num_actors: actor processes.
         envs_per_actor: environments each actor steps with one batched forward pass.
-        num_storages: rollout slots.
+        num_slots: rollout slots.
         learner_threads: threads of the trainer process's learner: torch threads, or with
             ``learner_split > 1`` the threads that run the parts (each on one torch thread).
         learner_split: parts of a minibatch the learner's threads share (1: no split).
@@ -49,7 +49,7 @@ class Placement:
     device: torch.device
     num_actors: int
     envs_per_actor: int
-    num_storages: int
+    num_slots: int
     learner_threads: int
     learner_split: int
     async_step: bool
@@ -66,7 +66,7 @@ class Placement:
 
 
 def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
-    """Resolve ``device``, ``num_actors``, ``num_storages``, ``learner_threads``, ``env.async_step``
+    """Resolve ``device``, ``num_actors``, ``num_slots``, ``learner_threads``, ``env.async_step``
     and ``pin_actors`` of a composed train config, for this process's cores (or the first ``cores``
     of them: how a sweep job on its share of the machine will be sized).
 
@@ -86,7 +86,7 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
       unsplit step; the IMPALA ResNet, more cores, a GPU and bf16 on an AMX Xeon are unmeasured.
     - ``learner_threads=auto``: with a split, every core (the parts' threads share the actors'
       cores); otherwise the cores the actors leave (at least 1).
-    - ``num_storages=auto``: the environments stepping at once + ``batch_size x num_learners``
+    - ``num_slots=auto``: the environments stepping at once + ``batch_size x num_learners``
       (the least validation allows: each stepping env holds a slot, each learner collects B), plus
       room for the actors to run ahead of the learner: for an agent of one optimizer step a batch
       (IMPALA's) one more unroll of every stepping env, so that the actors never wait on a learner
@@ -127,14 +127,14 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
         learner_threads = int(cfg.learner_threads)
     else:
         learner_threads = cores if learner_split > 1 else max(1, cores - num_actors)
-    if cfg.num_storages != "auto":
-        num_storages = int(cfg.num_storages)
+    if cfg.num_slots != "auto":
+        num_slots = int(cfg.num_slots)
     else:
         least = num_actors * cfg.envs_per_actor + cfg.batch_size * cfg.num_learners
         if steps_a_batch == 1:
-            num_storages = least + num_actors * cfg.envs_per_actor
+            num_slots = least + num_actors * cfg.envs_per_actor
         else:
-            num_storages = least + max(0, cfg.envs_per_actor - cfg.batch_size * cfg.num_learners)
+            num_slots = least + max(0, cfg.envs_per_actor - cfg.batch_size * cfg.num_learners)
 
     wanted = cfg.env.get("async_step", False)
     if wanted == "auto":
@@ -154,5 +154,5 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     if "async_step" in env_cfg:
         env_cfg["async_step"] = async_step
-    return Placement(device, num_actors, cfg.envs_per_actor, num_storages, learner_threads, learner_split, async_step,
+    return Placement(device, num_actors, cfg.envs_per_actor, num_slots, learner_threads, learner_split, async_step,
                      actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")))

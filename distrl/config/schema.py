@@ -21,6 +21,16 @@ class ConfigError(ValueError):
     """A config value is not allowed; the message names the key and what is allowed."""
 
 
+# Keys renamed so that one concept has one word (docs/architecture.md, "Words"), the old name refused
+# with the new: rllte's storage is distrl's slot; the reward scaling is Gymnasium's NormalizeReward's word
+RENAMED = {"num_storages": "num_slots", "agent.normalize_returns": "agent.normalize_rewards"}
+
+
+def renamed_message(key: str) -> str:
+    """The one line that refuses a renamed key (:data:`RENAMED`) and names its new name."""
+    return f"{key} is now {RENAMED[key]}: give {RENAMED[key]}=VALUE (docs/configuration.md)"
+
+
 ESTIMATORS = ("vtrace", "gae")  # agent.estimator (distrl/learning/losses/returns.py)
 MINIBATCHES = ("unrolls", "steps")  # agent.minibatch (distrl/learning/losses/base.py)
 CLIP_RANGES = ("symmetric", "reciprocal")  # agent.clip_range (distrl/learning/losses/appo.py)
@@ -92,7 +102,7 @@ class AgentConfig:
     normalize_advantages: bool = MISSING  # the policy gradient's advantages standardised over each (mini)batch
     # rewards divided by the running std of the discounted return (clipped to [-10, 10]) before the
     # reward clip; the statistics are the learner's, saved in checkpoints (distrl/nn/normalization.py)
-    normalize_returns: bool = MISSING
+    normalize_rewards: bool = MISSING
     # the critic learns value targets normalised by their running mean and std, clipped to [-5, 5]
     # (Sample Factory's normalize_returns; distrl/nn/normalization.py, normalize_value_targets)
     normalize_values: bool = MISSING
@@ -203,7 +213,7 @@ class TrainConfig:
     num_steps: int = MISSING  # unroll length T
     num_actors: Any = MISSING  # int >= 1 or auto
     num_learners: int = MISSING
-    num_storages: Any = MISSING  # int >= 1 or auto
+    num_slots: Any = MISSING  # int >= 1 or auto
     batch_size: int = MISSING  # B
     envs_per_actor: int = MISSING
     learner_threads: Any = MISSING  # int >= 1 or auto
@@ -272,6 +282,8 @@ def check_keys(cfg: DictConfig, schema: type) -> None:
     unknown = unknown_keys(cfg, schema)
     if unknown:
         key, close = unknown[0]
+        if key in RENAMED:
+            raise ConfigError(renamed_message(key))
         hint = f" (did you mean {close}?)" if close else ""
         raise ConfigError(f"{key} is not a key of this config{hint}: a key added with + is refused too; "
                           f"`distrl train --help` lists the keys")

@@ -72,7 +72,7 @@ def _check_sizes(cfg: DictConfig, placement: Placement) -> None:
            f"{placement.num_actors} actor processes need about {need / 2**30:.1f} GiB, more than the "
            f"{available / 2**30:.1f} GiB of memory available")
     most = max_indices()
-    check(placement.num_storages <= most, "num_storages", placement.num_storages,
+    check(placement.num_slots <= most, "num_slots", placement.num_slots,
            f"at most {most} slots (a slot queue is a pipe of /proc/sys/fs/pipe-max-size bytes, 8 per slot)")
 
 
@@ -156,7 +156,7 @@ def _validate_logger(logger: DictConfig) -> None:
 def _validate_run(cfg: DictConfig) -> None:
     """The top-level sizes and the ``train`` block."""
     auto_or_positive_int(cfg.num_actors, "num_actors")
-    auto_or_positive_int(cfg.num_storages, "num_storages")
+    auto_or_positive_int(cfg.num_slots, "num_slots")
     auto_or_positive_int(cfg.learner_threads, "learner_threads")
     auto_or_positive_int(cfg.learner_split, "learner_split")
     check(cfg.pin_actors in (True, False, "auto"), "pin_actors", cfg.pin_actors, "true, false or auto")
@@ -201,7 +201,7 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     # holding a partial batch) wait on each other forever.
     need = placement.stepping + cfg.batch_size * cfg.num_learners
     check(
-        placement.num_storages >= need, "num_storages", placement.num_storages,
+        placement.num_slots >= need, "num_slots", placement.num_slots,
         f"must be >= num_actors x envs_per_actor + batch_size x num_learners "
         f"({placement.stepping} + {cfg.batch_size} x {cfg.num_learners}): use at least {need}",
     )
@@ -243,7 +243,7 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
     check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
     check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
            agent.reward_clip, "null or a number > 0")
-    for key in ("normalize_returns", "normalize_values", "shuffle_minibatches"):
+    for key in ("normalize_rewards", "normalize_values", "shuffle_minibatches"):
         check(isinstance(agent[key], bool), f"agent.{key}", agent[key], "true or false")
     check(not agent.normalize_values or agent.minibatch == "steps", "agent.normalize_values", agent.normalize_values,
           "true only with agent.minibatch=steps (the value targets are normalised once per batch, before the "

@@ -4,7 +4,7 @@
 A learner thread loops over :meth:`distrl.learning.batches.BatchSource.next` (B full slots copied
 into a ``[T+1, B]`` batch, the slots freed; with ``train.prefetch`` the next batch is copied beside
 the update) and :meth:`Learner.update`, which reads top to bottom: the network's running statistics
-updated from the batch (the rewards scaled with ``agent.normalize_returns``); with an intrinsic
+updated from the batch (the rewards scaled with ``agent.normalize_rewards``); with an intrinsic
 reward (:mod:`distrl.intrinsic`) its rewards; what the plan computes once (:mod:`distrl.learning.plan`),
 the value targets then normalised with ``agent.normalize_values``;
 the plan's optimizer steps (:mod:`distrl.learning.step`, each on the agent's loss,
@@ -33,14 +33,14 @@ from distrl.nn.normalization import normalize_batch, normalize_value_targets
 from distrl.rollout import Batch
 
 
-def make_optimizer(net: ActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
+def make_optimizer(networks: ActorLearner, agent: DictConfig) -> torch.optim.Optimizer:
     """The optimizer over the learner copy: ``agent.optimizer`` is ``rmsprop`` (IMPALA's; decay
     ``alpha``, ``eps``, ``momentum``) or ``adam`` (betas 0.9, 0.999 and ``eps``), at ``agent.lr``.
 
     Raises:
         ValueError: another optimizer name (validation refuses it first).
     """
-    params = net.learner.parameters()
+    params = networks.learner.parameters()
     if agent.optimizer == "rmsprop":
         return torch.optim.RMSprop(params, lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum)
     if agent.optimizer == "adam":
@@ -52,7 +52,7 @@ class Learner:
     """Runs the agent's updates on the learner copy and publishes the weights to the actors.
 
     Args:
-        net: the actor/learner pair; its learner copy is the one ``optimizer_step`` trains.
+        networks: the actor and learner copies of the network; ``optimizer_step`` trains the learner copy.
         optimizer_step: one optimizer step (:mod:`distrl.learning.step`).
         plan: the update's minibatches and what is computed before them (:mod:`distrl.learning.plan`).
         schedule: the run's schedule; the learning rate, entropy cost and intrinsic weight of every
@@ -66,9 +66,9 @@ class Learner:
         last_obs: the last batch's observations ``[T+1, B, ...]`` (for the dormant units' report).
     """
 
-    def __init__(self, net: ActorLearner, optimizer_step: OptimizerStep, plan: UpdatePlan, schedule: Schedule,
+    def __init__(self, networks: ActorLearner, optimizer_step: OptimizerStep, plan: UpdatePlan, schedule: Schedule,
                  intrinsic: IntrinsicReward | None = None):
-        self.net, self.optimizer_step, self.plan = net, optimizer_step, plan
+        self.networks, self.optimizer_step, self.plan = networks, optimizer_step, plan
         self.schedule, self.intrinsic = schedule, intrinsic
         self.lock = threading.RLock()
         self.updates = 0
@@ -124,15 +124,15 @@ class Learner:
             self.optimizer_step.set_learning_rate(position.learning_rate)
             self.last_obs = batch["obs"]
             sum_across_ranks = self.ranks.sum_ if self.ranks.enabled else None
-            batch = normalize_batch(self.net.learner, batch, sum_across_ranks, stop)
+            batch = normalize_batch(self.networks.learner, batch, sum_across_ranks, stop)
             batch, intrinsic = self._intrinsic_rewards(batch, position)
             batch = self.plan.prepare(batch, self.optimizer_step.forward, position.intrinsic_coef)
-            batch = normalize_value_targets(self.net.learner, batch, sum_across_ranks, stop)
+            batch = normalize_value_targets(self.networks.learner, batch, sum_across_ranks, stop)
             reported, optimizer_steps, finite = run_steps(self.optimizer_step, self.plan.minibatches(batch),
                                                 position.entropy_cost, position.intrinsic_coef, stop)
             publish_start = time.perf_counter()
             if optimizer_steps > 0:
-                self.net.publish()
+                self.networks.publish()
             publish_seconds = time.perf_counter() - publish_start
             if self.intrinsic is not None:
                 loss = self.intrinsic.update(batch) if finite else None
@@ -153,13 +153,13 @@ class Learner:
                        "intrinsic_share": self.optimizer_step.loss.intrinsic_share(batch, position.intrinsic_coef)}
 
 
-def make_learner(net: ActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule, agent: DictConfig,
+def make_learner(networks: ActorLearner, optimizer: torch.optim.Optimizer, schedule: Schedule, agent: DictConfig,
                  options: StepOptions, *, ranks: Ranks | None = None, intrinsic: IntrinsicReward | None = None,
                  pretraining: bool = False) -> Learner:
     """The learner of a run, every choice made here from the config's values.
 
     Args:
-        net: the actor/learner pair; its learner copy is on ``options.device``.
+        networks: the actor and learner copies of the network; its learner copy is on ``options.device``.
         optimizer: from :func:`make_optimizer`.
         schedule: the run's schedule.
         agent: the ``agent`` config node: the loss (:func:`distrl.learning.losses.make_loss`), the plan
@@ -170,8 +170,9 @@ def make_learner(net: ActorLearner, optimizer: torch.optim.Optimizer, schedule: 
         intrinsic: an intrinsic reward module on the device; None: none.
         pretraining: the extrinsic reward is left out of the loss (reward-free training).
     """
-    loss = make_loss(agent, net.learner.action_space, value_heads=1 if net.learner.intrinsic_baseline is None else 2,
-                     intrinsic=intrinsic is not None, pretraining=pretraining, value_norm=net.learner.value_norm)
-    forward = NetworkForward(net.learner, options.precision, options.device, preactivations=loss.reads_preactivations)
+    net = networks.learner
+    loss = make_loss(agent, net.action_space, value_heads=1 if net.intrinsic_baseline is None else 2,
+                     intrinsic=intrinsic is not None, pretraining=pretraining, value_norm=net.value_norm)
+    forward = NetworkForward(net, options.precision, options.device, preactivations=loss.reads_preactivations)
     optimizer_step = make_step(forward, loss, optimizer, agent.max_grad_norm, ranks or Ranks(), options)
-    return Learner(net, optimizer_step, UpdatePlan.for_agent(agent, loss), schedule, intrinsic)
+    return Learner(networks, optimizer_step, UpdatePlan.for_agent(agent, loss), schedule, intrinsic)

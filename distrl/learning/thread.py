@@ -151,7 +151,7 @@ def _exchange(learner: Learner, stop: threading.Event, episodes: bool = True, ch
         learner.ranks.exchange_episodes(stop)
     if check:
         with learner.lock:
-            net = learner.net.learner  # the weights and the running statistics (distrl.nn.normalization)
+            net = learner.networks.learner  # the weights and the running statistics (distrl.nn.normalization)
             learner.ranks.check_identical([*net.parameters(), *net.buffers()], stop)
 
 

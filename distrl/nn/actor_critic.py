@@ -37,7 +37,7 @@ class ActorCritic(nn.Module):
         intrinsic_value: add a second baseline head, ``intrinsic_baseline``, for the value of the
             intrinsic return (:func:`distrl.intrinsic.needs_value_head`).
         return_norm: keep the running statistics of the discounted return (``return_norm``,
-            ``agent.normalize_returns``): buffers of the network, so that they are saved and published
+            ``agent.normalize_rewards``): buffers of the network, so that they are saved and published
             with it; the learner updates and uses them.
         value_norm: keep the running statistics of the value targets (``value_norm``,
             ``agent.normalize_values``, :func:`distrl.nn.normalization.value_statistics`): the baseline

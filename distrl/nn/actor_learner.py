@@ -27,7 +27,7 @@ class ActorLearner(nn.Module):
         model: the ``model`` config node (encoder, feature_dim, hidden_dim, init_fn, use_lstm,
             last_action_reward, layer_norm, normalize_obs, separate_critic, log_std_init).
         intrinsic_value: a second value head for an intrinsic return (:class:`ActorCritic`).
-        return_norm: the running statistics of the discounted return (``agent.normalize_returns``).
+        return_norm: the running statistics of the discounted return (``agent.normalize_rewards``).
         value_norm: the running statistics of the value targets (``agent.normalize_values``).
 
     The actor copy is put in shared memory by :meth:`share_actor` so actor processes read the

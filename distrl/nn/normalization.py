@@ -106,7 +106,7 @@ def normalize_batch(net: nn.Module, batch: dict[str, torch.Tensor],
                     sum_across_ranks: Callable[[torch.Tensor, object], None] | None = None,
                     stop: object = None) -> dict[str, torch.Tensor]:
     """Update the running statistics of ``net`` (an :class:`distrl.nn.actor_critic.ActorCritic`:
-    ``obs_norm`` with ``model.normalize_obs``, ``return_norm`` with ``agent.normalize_returns``) from
+    ``obs_norm`` with ``model.normalize_obs``, ``return_norm`` with ``agent.normalize_rewards``) from
     the T steps of a ``[T+1, B]`` ``batch`` (row T is the next slot's row 0), and return the batch the
     loss sees: with ``return_norm``, its rewards divided by the discounted return's running std.
 

@@ -47,7 +47,7 @@ class Checkpointer:
 
     def __init__(self, learner: Learner, cfg: DictConfig, spec: EnvSpec, placement: Placement, run_dir: Path):
         self.learner = learner
-        self.net: ActorLearner = learner.net
+        self.networks: ActorLearner = learner.networks
         self.optimizer: torch.optim.Optimizer = learner.optimizer_step.optimizer
         self.intrinsic: IntrinsicReward | None = learner.intrinsic
         self.ranks: Ranks = learner.ranks
@@ -72,8 +72,8 @@ class Checkpointer:
         mismatch = checkpoint.incompatibility(saved, self.cfg, self.spec.obs_shape, self.spec.action_space.as_dict())
         if mismatch:
             raise checkpoint.CheckpointError(f"cannot resume from {path}: {mismatch}")
-        self.net.learner.load_state_dict(saved["model"])
-        self.net.publish()
+        self.networks.learner.load_state_dict(saved["model"])
+        self.networks.publish()
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.intrinsic is not None:
             self.intrinsic.load_checkpoint_state(saved["intrinsic"])
@@ -90,7 +90,7 @@ class Checkpointer:
         """A consistent snapshot of the run (see :mod:`distrl.utils.checkpoint`), tensors on the CPU:
         weights, optimizer and counters of one moment (between two updates)."""
         with self.learner.lock:
-            model_state = {k: v.detach().cpu().clone() for k, v in self.net.learner.state_dict().items()}
+            model_state = {k: v.detach().cpu().clone() for k, v in self.networks.learner.state_dict().items()}
             optimizer_state = _to_cpu(copy.deepcopy(self.optimizer.state_dict()))
             intrinsic = _to_cpu(copy.deepcopy(self.intrinsic.checkpoint_state())) if self.intrinsic else None
             position = self.learner.position
@@ -164,12 +164,12 @@ class Checkpointer:
             log.error("best.pt not saved, training goes on: %s", exc)
 
 
-def load_initial_weights(net: ActorLearner, intrinsic: IntrinsicReward | None, cfg: DictConfig,
+def load_initial_weights(networks: ActorLearner, intrinsic: IntrinsicReward | None, cfg: DictConfig,
                          path: str) -> None:
     """``train.init_model_path`` (a file, or a run directory's latest checkpoint): the policy's
     weights and, when the file holds a module of this run's ``intrinsic.name`` (a pretraining run's
     checkpoint), the intrinsic module's state. The optimizer and the counters start fresh."""
-    net.load(path)
+    networks.load(path)
     log.info("initial weights from %s", path)
     if intrinsic is None:
         return

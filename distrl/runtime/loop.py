@@ -56,7 +56,7 @@ SHUTTING_DOWN = threading.Event()
 class RunParts(Protocol):
     """What a training loop runs: the parts :class:`distrl.runtime.trainer.Trainer` built (the trainer
     itself has them): the run's ``cfg``, ``placement`` and env ``spec``; the network's copies
-    (``net``, the actor/learner pair), the ``learner``, its statistics (``stats``) and the
+    (``networks``, the actor and learner copies), the ``learner``, its statistics (``stats``) and the
     ``intrinsic`` module (or None); the ``checkpointer`` (it keeps when the run last evaluated and
     saved); this process's ``ranks``; the ``run_dir``; whether to show the console ``progress`` bar;
     the ``env`` node evaluations use (``eval_env``); and ``save_requested``, set to ask for a
@@ -65,7 +65,7 @@ class RunParts(Protocol):
     cfg: DictConfig
     placement: Placement
     spec: EnvSpec
-    net: ActorLearner
+    networks: ActorLearner
     learner: Learner
     stats: LearnerStats
     intrinsic: IntrinsicReward | None
@@ -82,7 +82,7 @@ class TrainingLoop:
     (:class:`RunParts`), run until the budget is consumed or a stop."""
 
     def __init__(self, parts: RunParts):
-        self.cfg, self.placement, self.spec, self.net = parts.cfg, parts.placement, parts.spec, parts.net
+        self.cfg, self.placement, self.spec, self.networks = parts.cfg, parts.placement, parts.spec, parts.networks
         self.learner, self.stats, self.intrinsic = parts.learner, parts.stats, parts.intrinsic
         self.checkpointer, self.ranks, self.run_dir = parts.checkpointer, parts.ranks, Path(parts.run_dir)
         self.progress, self.eval_env, self.save_requested = parts.progress, parts.eval_env, parts.save_requested
@@ -93,10 +93,10 @@ class TrainingLoop:
         cfg, p, train = self.cfg, self.placement, self.cfg.train
         SHUTTING_DOWN.clear()
         self.ranks.clear_stop()
-        announce(cfg, p, self.spec, self.net, self.ranks, self.run_dir)
+        announce(cfg, p, self.spec, self.networks, self.ranks, self.run_dir)
         mp_context = mp.get_context("spawn")
-        slots = Slots(RolloutLayout.for_run(cfg, self.spec), self.placement.num_storages, mp_context)
-        log.debug("slots: %d, %.1f MiB shared memory", self.placement.num_storages, slots.nbytes() / 2**20)
+        slots = Slots(RolloutLayout.for_run(cfg, self.spec), self.placement.num_slots, mp_context)
+        log.debug("slots: %d, %.1f MiB shared memory", self.placement.num_slots, slots.nbytes() / 2**20)
         hparams = flatten(OmegaConf.to_container(cfg, resolve=True))
         hparams["distributed.world_size"] = self.ranks.world_size
         self.telemetry = Telemetry(
@@ -115,11 +115,11 @@ class TrainingLoop:
                                                       p.num_actors * self.ranks.world_size))
         self.reporter = Reporter(self.telemetry, channels, self.learner, self.stats, self.workers,
                                  self.spec.frameskip, cfg.env.get("success_above"))
-        self.evaluations = Evaluations(self.net.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
+        self.evaluations = Evaluations(self.networks.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
                                        p.actor_precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"
         try:
-            contexts = actor_contexts(cfg, p, self.net.actor, slots, channels, first_actor=first_actor,
+            contexts = actor_contexts(cfg, p, self.networks.actor, slots, channels, first_actor=first_actor,
                                       bonus=self.intrinsic.actor_bonus if self.intrinsic is not None else None)
             self.workers.start(contexts, cfg.num_learners, LearnerThreadOptions.for_run(cfg))
             self._schedule()
@@ -213,9 +213,9 @@ class TrainingLoop:
                     self.ranks.stop_requested.set()
                 finish = self.ranks.timeout
             free = self.workers.stop(learners_finish=finish)
-            if free != list(range(self.placement.num_storages)):  # each slot index exactly once: none lost, none twice
+            if free != list(range(self.placement.num_slots)):  # each slot index exactly once: none lost, none twice
                 log.warning("rollout slots at shutdown: %d of %d indices returned (%d distinct): a slot was lost "
-                            "or handed out twice", len(free), self.placement.num_storages, len(set(free)))
+                            "or handed out twice", len(free), self.placement.num_slots, len(set(free)))
             self.actor_logs.stop()
             # the other ranks' episodes of the learners' last exchange
             self.reporter.log_episodes(list(self.ranks.incoming), self.learner.position.agent_steps, deque())

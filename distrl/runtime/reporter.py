@@ -57,7 +57,7 @@ class Reporter:
                  stats: LearnerStats, workers: Workers, frameskip: int, success_above: float | None = None):
         self.telemetry, self.channels, self.learner, self.stats = telemetry, channels, learner, stats
         self.ranks: Ranks = learner.ranks
-        self.net: ActorLearner = learner.net
+        self.networks: ActorLearner = learner.networks
         self.workers, self.frameskip = workers, frameskip
         self.success_above = success_above
         self.interval_episodes = self.interval_successes = 0  # since the last log record
@@ -137,7 +137,7 @@ class Reporter:
                 return {}
             obs = obs[:-1].flatten(0, 1)  # the T x B observations of the loss
             obs = obs[::max(1, len(obs) // DORMANT_OBSERVATIONS)][:DORMANT_OBSERVATIONS]
-            fractions, rank = feature_health(self.net.learner.encoder, obs)
+            fractions, rank = feature_health(self.networks.learner.encoder, obs)
         return {**{f"dormant/{name}": value for name, value in fractions.items()}, "rank/features": rank}
 
 
@@ -153,7 +153,7 @@ class Reporter:
                  result.std_return, len(result.returns))
 
 
-def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, net: ActorLearner, ranks: Ranks,
+def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, networks: ActorLearner, ranks: Ranks,
              run_dir: Path) -> None:
     """The run's first log lines: where it writes, what it trains on what, in which precision."""
     p = placement
@@ -161,9 +161,9 @@ def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, net: ActorLea
     log.info("%s: observations %s, %s | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
              "%d thread(s)%s | %s", cfg.env.id, spec.obs_shape, spec.action_space.describe(), p.num_actors,
              p.envs_per_actor, cfg.num_steps, cfg.batch_size, p.device, p.learner_threads,
-             f", minibatches in {p.learner_split} parts" if p.learner_split > 1 else "", net.describe())
+             f", minibatches in {p.learner_split} parts" if p.learner_split > 1 else "", networks.describe())
     log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
-    log.debug("%s", net.learner)
+    log.debug("%s", networks.learner)
     if ranks.enabled:
         log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "
                  "batch B x ranks = %d", ranks.rank, ranks.world_size, ranks.local_rank,

@@ -98,21 +98,21 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         random.seed(cfg.seed)
-        self.net = ActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
+        self.networks = ActorLearner(self.spec.obs_shape, self.spec.action_space, cfg.model,
                                 intrinsic_value=needs_value_head(cfg.intrinsic),
-                                return_norm=bool(cfg.agent.get("normalize_returns", False)),
+                                return_norm=bool(cfg.agent.get("normalize_rewards", False)),
                                 value_norm=bool(cfg.agent.get("normalize_values", False)))
         self.intrinsic = intrinsic_for_run(cfg, self.spec, self.placement.stepping)
         if cfg.train.init_model_path:
             path = str(checkpoint.checkpoint_file(cfg.train.init_model_path))
-            load_initial_weights(self.net, self.intrinsic, cfg, path)
-        self.net.to(self.device)
-        self.net.share_actor(actor_precision=self.placement.actor_precision)
+            load_initial_weights(self.networks, self.intrinsic, cfg, path)
+        self.networks.to(self.device)
+        self.networks.share_actor(actor_precision=self.placement.actor_precision)
         if self.intrinsic is not None:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
-        self.optimizer = make_optimizer(self.net, cfg.agent)
-        self.learner = make_learner(self.net, self.optimizer, self.schedule, cfg.agent,
+        self.optimizer = make_optimizer(self.networks, cfg.agent)
+        self.learner = make_learner(self.networks, self.optimizer, self.schedule, cfg.agent,
                                     StepOptions.for_run(cfg, self.placement), ranks=self.ranks,
                                     intrinsic=self.intrinsic, pretraining=cfg.train.pretraining)
         self.stats = LearnerStats()
@@ -130,12 +130,12 @@ class Trainer:
             self.run_lock.release()
             raise
         if self.ranks.enabled:  # every rank starts from rank 0's weights
-            self.ranks.broadcast_parameters(self.net.learner)
-            self.net.publish()
+            self.ranks.broadcast_parameters(self.networks.learner)
+            self.networks.publish()
 
     @property
     def num_slots(self) -> int:
-        return self.placement.num_storages
+        return self.placement.num_slots
 
     @property
     def position(self) -> Position:
@@ -166,7 +166,7 @@ class Trainer:
             The returns (raw game score) and lengths (agent steps) of the episodes.
         """
         with self.learner.lock:
-            model = copy.deepcopy(self.net.learner).cpu()
+            model = copy.deepcopy(self.networks.learner).cpu()
         seed = eval_seed(self.cfg.seed, self.position.agent_steps) if seed is None else seed
         return evaluate(model, self.eval_env, num_episodes, seed, deterministic,
                         precision=self.placement.actor_precision)

@@ -43,7 +43,7 @@ def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
     ``bonus``: the actors' part of an intrinsic reward computed in the actors (E3B's), or None."""
     collection = Collection(
         cfg.num_steps, placement.actor_precision,
-        float(cfg.agent.discount) if cfg.agent.get("normalize_returns", False) else None,
+        float(cfg.agent.discount) if cfg.agent.get("normalize_rewards", False) else None,
         cfg.batch_size // placement.stepping if cfg.train.get("sync", False) else 0)
     return [
         ActorContext(

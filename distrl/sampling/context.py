@@ -34,7 +34,7 @@ class Collection:
         num_steps: unroll length T.
         precision: the inference's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.nn.precision.autocast`);
             the stored behaviour logits and baselines are float32 either way.
-        return_discount: with ``agent.normalize_returns``, the discount of the return each env's
+        return_discount: with ``agent.normalize_rewards``, the discount of the return each env's
             ``discounted_return`` follows (``agent.discount``); None: not recorded.
         rollouts_per_update: synchronous collection (``train.sync``): after handing in this many
             rollouts of its envs (``batch_size / (num_actors x envs_per_actor)``: every env's share of
@@ -73,7 +73,7 @@ class ActorContext:
         envs: the envs it steps (:class:`ActorEnvs`).
         collection: how it fills its slots (:class:`Collection`).
         model: the shared-memory actor copy of the network (``ActorCritic``).
-        slot_tensors: the slots' shared tensors ({key: [num_storages, *spec_shape]}).
+        slot_tensors: the slots' shared tensors ({key: [num_slots, *spec_shape]}).
         channels: queues, stop event and policy version shared with the trainer.
         process: its process (:class:`ActorProcess`).
         bonus: an intrinsic bonus the actor computes for each observation (E3B's:

@@ -37,9 +37,9 @@ PIPE_BUF = select.PIPE_BUF  # writes up to this size are atomic (POSIX: at least
 
 
 class _Pipe:
-    def __init__(self, ctx, capacity_bytes: int):
+    def __init__(self, mp_context, capacity_bytes: int):
         # Connection objects, not bare fds: spawned children receive them as arguments.
-        self._reader, self._writer = ctx.Pipe(duplex=False)
+        self._reader, self._writer = mp_context.Pipe(duplex=False)
         if capacity_bytes > 65536:
             try:
                 fcntl.fcntl(self._writer.fileno(), fcntl.F_SETPIPE_SZ, capacity_bytes)
@@ -75,14 +75,14 @@ class IndexQueue(_Pipe):
 
     Args:
         capacity: the most indices that will ever be in the queue at once.
-        ctx: a ``multiprocessing`` context.
+        mp_context: a ``multiprocessing`` context.
 
     Raises:
         OSError: the pipe cannot be made that large (see :func:`distrl.config.host.max_indices`).
     """
 
-    def __init__(self, capacity: int, ctx):
-        super().__init__(ctx, capacity * INDEX_BYTES)
+    def __init__(self, capacity: int, mp_context):
+        super().__init__(mp_context, capacity * INDEX_BYTES)
 
     def put(self, index: int) -> None:
         os.write(self._writer.fileno(), int(index).to_bytes(INDEX_BYTES, "little", signed=True))
@@ -116,15 +116,15 @@ class MessageQueue(_Pipe):
     """A queue of small picklable objects, any number of writing processes, one reading process.
 
     Args:
-        ctx: a ``multiprocessing`` context.
+        mp_context: a ``multiprocessing`` context.
         capacity_bytes: the pipe's buffer; ``put`` blocks while it is full.
 
     ``put`` raises ``ValueError`` for an object whose pickle exceeds ``PIPE_BUF - 4`` bytes
     (atomicity needs one write); callers keep messages short.
     """
 
-    def __init__(self, ctx, capacity_bytes: int = 1 << 18):
-        super().__init__(ctx, min(capacity_bytes, pipe_max_bytes()))
+    def __init__(self, mp_context, capacity_bytes: int = 1 << 18):
+        super().__init__(mp_context, min(capacity_bytes, pipe_max_bytes()))
 
     def put(self, obj: Any) -> None:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -190,8 +190,8 @@ class _Wakeup(_Pipe):
     unread wake-ups, a dead waiter's, is left as it is: one is enough to wake); :meth:`wait` sleeps
     until there is one, then empties the pipe."""
 
-    def __init__(self, ctx):
-        super().__init__(ctx, 4096)
+    def __init__(self, mp_context):
+        super().__init__(mp_context, 4096)
         os.set_blocking(self._writer.fileno(), False)
 
     def notify(self) -> None:
@@ -221,15 +221,15 @@ class PolicyVersion(SharedValue):
     queue here, no lock is held between system calls (a killed actor leaves nothing held).
 
     Args:
-        ctx: a ``multiprocessing`` context.
+        mp_context: a ``multiprocessing`` context.
         num_waiters: the actors that may wait (actor ids ``0..num_waiters-1``); 0 with asynchronous
             collection, where nobody waits and publishing is setting the number.
         value: the version to start at.
     """
 
-    def __init__(self, ctx, num_waiters: int, value: int = 0):
+    def __init__(self, mp_context, num_waiters: int, value: int = 0):
         super().__init__(value)
-        self.wakeups = [_Wakeup(ctx) for _ in range(num_waiters)]
+        self.wakeups = [_Wakeup(mp_context) for _ in range(num_waiters)]
 
     def publish(self, value: int) -> None:
         """Set the version to ``value`` and wake every actor waiting for it."""

@@ -3,7 +3,7 @@ in shared memory (:class:`Slots`), the queues of their indices (:mod:`distrl.sam
 the other queues and numbers the trainer shares with its actor processes (:class:`Channels`); a
 learner thread takes its batches from them with :class:`distrl.learning.batches.BatchSource`.
 
-``num_storages`` slots (rllte's name for the config key), each key one shared tensor with the slot
+``num_slots`` slots (rllte's storages, its ``num_storages``), each key one shared tensor with the slot
 as the leading dimension, allocated once; a slot's row layout is
 :class:`distrl.rollout.RolloutLayout`. Every slot index is always in exactly one place: the free
 queue, an actor, the full queue or a learner. Actors take free indices, fill them and put them on

@@ -55,7 +55,7 @@ class SlotWriter:
         self.handed_version = -1
         self.handed_rollouts = 0
         self.held = held
-        # each env's discounted return so far (agent.normalize_returns), restarted at episode ends
+        # each env's discounted return so far (agent.normalize_rewards), restarted at episode ends
         self.discounted_return = np.zeros(n, dtype=np.float64) if ctx.collection.return_discount is not None else None
         # Observations go straight into each env's shared slot (one memcpy per env and step).
         # Staging them too would stream every frame through memory twice and, with the larger
@@ -189,12 +189,12 @@ class SlotWriter:
         hand the slots to the learners, and move the last staged row to row 0 for the next slots."""
         slots = self.slot[envs]
         slots_t, envs_t = torch.from_numpy(slots), torch.from_numpy(envs)
-        buf = self.ctx.slot_tensors
+        tensors = self.ctx.slot_tensors
         for key, value in self.stage.items():  # one indexed copy per key for all envs
-            buf[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
+            tensors[key].index_copy_(0, slots_t, value.index_select(0, envs_t))
             value[envs_t, 0] = value[envs_t, -1]
-        buf["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
-        buf["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * self.ctx.envs.num_envs)
+        tensors["policy_version"].index_copy_(0, slots_t, torch.from_numpy(self.version[envs]))
+        tensors["env_id"].index_copy_(0, slots_t, envs_t + self.actor_id * self.ctx.envs.num_envs)
         for slot in slots.tolist():
             self.held.remove(slot)
             self.ctx.channels.owner[slot] = NO_OWNER

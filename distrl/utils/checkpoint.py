@@ -277,9 +277,12 @@ def incompatibility(state: dict[str, Any], cfg, obs_shape, action_space: dict[st
         if bool(saved.get(key, False)) != bool(cfg.model.get(key, False)):
             return f"model.{key}={saved.get(key, False)!r} in the checkpoint, {cfg.model.get(key, False)!r} here"
     saved_agent = state["config"].get("agent", {})
-    for key in ("normalize_returns", "normalize_values"):  # each keeps statistics in the model's buffers
-        if bool(saved_agent.get(key, False)) != bool(cfg.agent.get(key, False)):
-            return f"agent.{key}={saved_agent.get(key, False)!r} in the checkpoint, {cfg.agent.get(key, False)!r} here"
+    # each keeps statistics in the model's buffers; a checkpoint older than normalize_rewards's name
+    # says normalize_returns (distrl.config.schema.RENAMED)
+    for key, old_name in (("normalize_rewards", "normalize_returns"), ("normalize_values", None)):
+        saved_value = bool(saved_agent.get(key, saved_agent.get(old_name, False)))
+        if saved_value != bool(cfg.agent.get(key, False)):
+            return f"agent.{key}={saved_value!r} in the checkpoint, {cfg.agent.get(key, False)!r} here"
     if saved_agent.get("optimizer", cfg.agent.optimizer) != cfg.agent.optimizer:
         name = saved_agent.get("name")
         return (f"agent.optimizer={saved_agent['optimizer']!r} (agent={name}) in the checkpoint, "
