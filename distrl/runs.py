@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import yaml
@@ -80,23 +80,25 @@ def env_id(path: str | Path) -> str:
     return str(config(path)["env"]["id"])
 
 
+class Curve(NamedTuple):
+    """Points of one curve of a run (each ``[n] float64``): the agent steps, the wall-clock hours and
+    the mean return at each, and the success (NaN where the env has no ``success_above``)."""
+
+    steps: np.ndarray
+    hours: np.ndarray
+    returns: np.ndarray
+    success: np.ndarray
+
+
 @dataclass
 class Run:
-    """One run's curves: ``eval_steps``/``eval_hours``/``eval_returns``/``eval_success`` per evaluation
-    and ``train_steps``/``train_hours``/``train_returns``/``train_success`` per finished training
-    episode (``[n] float64``). ``eval_success`` is the evaluation's ``eval/success_rate`` and
-    ``train_success`` is 1.0 for an episode whose return is above the run's ``env.success_above``,
-    else 0.0; both are NaN where the env has no ``success_above``."""
+    """One run's curves: ``evaluations``, one point per evaluation (its success the evaluation's
+    ``eval/success_rate``), and ``training``, one point per finished training episode (its success
+    1.0 for an episode whose return is above the run's ``env.success_above``, else 0.0)."""
 
     name: str
-    eval_steps: np.ndarray
-    eval_hours: np.ndarray
-    eval_returns: np.ndarray
-    train_steps: np.ndarray
-    train_hours: np.ndarray
-    train_returns: np.ndarray
-    eval_success: np.ndarray
-    train_success: np.ndarray
+    evaluations: Curve
+    training: Curve
 
 
 def curves(path: str | Path, gap_minutes: float = 10.0) -> Run:
@@ -130,7 +132,7 @@ def curves(path: str | Path, gap_minutes: float = 10.0) -> Run:
     success_above = config(path)["env"].get("success_above")
     train_success = (train[2] > success_above).astype(np.float64) if success_above is not None \
         else np.full_like(train[2], math.nan)
-    return Run(name(path), *evals, *train, eval_success, train_success)
+    return Run(name(path), Curve(*evals, eval_success), Curve(*train, train_success))
 
 
 def smooth(steps: np.ndarray, values: np.ndarray, window: float) -> np.ndarray:

@@ -106,10 +106,11 @@ class Score:
 def score_at(run: Run, budget: float, episodes: int) -> Score:
     """The run's training score (mean of its last ``episodes`` episodes ending at or before
     ``budget`` agent steps) and eval score (last evaluation at or before it); NaN where none."""
-    done = run.train_steps <= budget
-    last = run.train_returns[done][-episodes:]
-    evals = run.eval_returns[run.eval_steps <= budget]
-    steps = max([*run.train_steps[done][-1:], *run.eval_steps[run.eval_steps <= budget][-1:]], default=0.0)
+    done = run.training.steps <= budget
+    last = run.training.returns[done][-episodes:]
+    evaluated = run.evaluations.steps <= budget
+    evals = run.evaluations.returns[evaluated]
+    steps = max([*run.training.steps[done][-1:], *run.evaluations.steps[evaluated][-1:]], default=0.0)
     return Score(float(last.mean()) if len(last) else math.nan, float(evals[-1]) if len(evals) else math.nan,
                  float(steps), len(last))
 
@@ -173,10 +174,10 @@ def plot(runs_by_game: dict[str, list[Run]], out: Path, window: float) -> None:
     fig, axes = plt.subplots(1, len(games), figsize=(4 * len(games), 3.6), squeeze=False)
     for ax, game in zip(axes[0], games, strict=True):
         for run in runs_by_game[game]:
-            if len(run.train_steps):
-                line, = ax.plot(run.train_steps / 1e6, smooth(run.train_steps, run.train_returns, window),
+            if len(run.training.steps):
+                line, = ax.plot(run.training.steps / 1e6, smooth(run.training.steps, run.training.returns, window),
                                 label=f"{run.name} (train)")
-                ax.plot(run.eval_steps / 1e6, run.eval_returns, "o", color=line.get_color(), markersize=3)
+                ax.plot(run.evaluations.steps / 1e6, run.evaluations.returns, "o", color=line.get_color(), markersize=3)
         ax.axhline(ANCHOR_PPO[game], color="gray", linestyle="--", label="CleanRL PPO, 10M")
         ax.axhline(RANDOM_HUMAN[game][0], color="gray", linestyle=":", label="random")
         ax.set_title(game)

@@ -131,7 +131,7 @@ def _run_workers(target, argsets, timeout: float) -> float:
 
 def bench_env(cfg, spec, args) -> float:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
-    cores = plan(cfg).actor_cores
+    cores = plan(cfg).actors.cores
     return _run_workers(_env_worker, [(env_cfg, cfg.envs_per_actor, 1000 * i, cores[i], args.warmup, args.seconds)
                                       for i in range(len(cores))], args.warmup + args.seconds + 120)
 
@@ -141,8 +141,8 @@ def bench_inference(cfg, spec, args) -> float:
     placement = plan(cfg)
     dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
     return _run_workers(_inference_worker, [(list(spec.obs_shape), dtype, spec.action_space, model_cfg,
-                                             cfg.envs_per_actor, c, placement.actor_precision, args.warmup,
-                                             args.seconds) for c in placement.actor_cores],
+                                             cfg.envs_per_actor, c, placement.actors.precision, args.warmup,
+                                             args.seconds) for c in placement.actors.cores],
                         args.warmup + args.seconds + 120)
 
 
@@ -159,10 +159,10 @@ def bench_sampling(cfg, spec, args) -> float:
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
                           return_norm=bool(cfg.agent.normalize_rewards),
                           value_norm=bool(cfg.agent.normalize_values))
-    policy.share_actor(actor_precision=placement.actor_precision)
+    policy.share_actor(actor_precision=placement.actors.precision)
     slots = Slots(RolloutLayout.for_run(cfg, spec), placement.num_slots, ctx)
-    channels = Channels.create(slots, ctx, placement.num_actors, sync=bool(cfg.train.get("sync", False)))
-    stop, episodes = channels.stop_event, channels.episode_queue
+    channels = Channels.create(slots, ctx, placement.actors.count, sync=bool(cfg.train.get("sync", False)))
+    stop, episodes = channels.stop_event, channels.reports.episodes
     intrinsic = intrinsic_for_run(cfg, spec, placement.stepping)  # e3b's bonus is computed in the actors
     bonus = intrinsic.actor_bonus if intrinsic is not None else None
     procs = []
@@ -232,7 +232,7 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
     policy = ActorLearner(spec.obs_shape, spec.action_space, cfg.model,
                           return_norm=bool(cfg.agent.normalize_rewards),
                           value_norm=bool(cfg.agent.normalize_values)).to(device)
-    policy.share_actor(actor_precision=placement.actor_precision)
+    policy.share_actor(actor_precision=placement.actors.precision)
     cfg.train.num_train_steps = 10**12
     schedule = Schedule.for_run(cfg)
     steps_per_update = schedule.steps_per_update
@@ -405,9 +405,9 @@ def main() -> None:
     machine = {"cpu": _cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
                "python": platform.python_version(), "device": cfg.device, "bf16_flags": _bf16_flags()}
     placement = plan(cfg)
-    setup = {"env": cfg.env.id, "num_actors": placement.num_actors, "envs_per_actor": cfg.envs_per_actor,
+    setup = {"env": cfg.env.id, "num_actors": placement.actors.count, "envs_per_actor": cfg.envs_per_actor,
              "T": cfg.num_steps, "B": cfg.batch_size, "model": cfg.model.encoder,
-             "actor_cores": placement.actor_cores, "overrides": overrides}
+             "actor_cores": placement.actors.cores, "overrides": overrides}
     print(json.dumps({"machine": machine, "setup": setup}), flush=True)
     if args.variants:
         setups = {variant: [*overrides, *variant.split(), *(f"precision={p}" for p in asked[-1:])]
@@ -439,7 +439,7 @@ def _measure(args, overrides_by_precision: dict[str, list[str]], spec) -> list[t
         placement = plan(cfg)
         setups[precision] = (cfg, placement, overrides)
         print(json.dumps({"precision": {"asked": precision, "learner": placement.precision,
-                                        "why": placement.precision_reason, "actors": placement.actor_precision}}),
+                                        "why": placement.precision_reason, "actors": placement.actors.precision}}),
               flush=True)
     rounds: dict[str, dict[str, list[float]]] = {precision: {} for precision in setups}
     extras: dict[str, dict[str, list[dict]]] = {precision: {} for precision in setups}
@@ -501,7 +501,7 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
             p = 1 / (1 / figures["E"] + 1 / figures["I"] + 1 / figures["L"])
             # the processes' threads, at most the cores this command may use (a learner that shares
             # the actors' cores, learner_split > 1, has as many threads as the machine's cores)
-            cores = min(placement.num_actors + placement.learner_threads, len(os.sched_getaffinity(0)))
+            cores = min(placement.actors.count + placement.learner_threads, len(os.sched_getaffinity(0)))
             rows.append(("P", f"{p:,.0f}"))
             rows.append((f"limit ({cores} cores x P)", f"{cores * p:,.0f}"))
             if "T" in figures:

@@ -50,18 +50,18 @@ from distrl.runs import Run, smooth
 def smoothed_on(run: Run, window: float, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The run's training return smoothed over ``window`` agent steps, and its hours, at the agent
     steps of ``grid`` (linear interpolation between its episodes)."""
-    smoothed = smooth(run.train_steps, run.train_returns, window)
-    return np.interp(grid, run.train_steps, smoothed), np.interp(grid, run.train_steps, run.train_hours)
+    smoothed = smooth(run.training.steps, run.training.returns, window)
+    return np.interp(grid, run.training.steps, smoothed), np.interp(grid, run.training.steps, run.training.hours)
 
 
 def eval_points(runs: list[Run]) -> list[dict]:
     """The k-th evaluation of every run that has one: mean steps and hours, mean and std of the return."""
     points = []
-    for k in range(max(len(r.eval_steps) for r in runs)):
-        have = [r for r in runs if len(r.eval_steps) > k]
-        returns = np.array([r.eval_returns[k] for r in have])
-        points.append({"kind": "eval", "agent_steps": float(np.mean([r.eval_steps[k] for r in have])),
-                       "hours": float(np.mean([r.eval_hours[k] for r in have])),
+    for k in range(max(len(r.evaluations.steps) for r in runs)):
+        have = [r for r in runs if len(r.evaluations.steps) > k]
+        returns = np.array([r.evaluations.returns[k] for r in have])
+        points.append({"kind": "eval", "agent_steps": float(np.mean([r.evaluations.steps[k] for r in have])),
+                       "hours": float(np.mean([r.evaluations.hours[k] for r in have])),
                        "mean": float(returns.mean()), "std": float(returns.std()), "runs": len(have)})
     return points
 
@@ -69,15 +69,15 @@ def eval_points(runs: list[Run]) -> list[dict]:
 def train_points(runs: list[Run], window: float, num_points: int = 200) -> list[dict]:
     """Smoothed training returns of each run on a common grid of agent steps, averaged over the runs
     that reached each grid step; hours are interpolated per run the same way."""
-    runs = [r for r in runs if len(r.train_steps)]
+    runs = [r for r in runs if len(r.training.steps)]
     if not runs:
         return []
-    end = max(r.train_steps[-1] for r in runs)
-    grid = np.linspace(min(r.train_steps[0] for r in runs), end, num_points)
+    end = max(r.training.steps[-1] for r in runs)
+    grid = np.linspace(min(r.training.steps[0] for r in runs), end, num_points)
     points = []
     curves = []
     for r in runs:
-        inside = (grid >= r.train_steps[0]) & (grid <= r.train_steps[-1])
+        inside = (grid >= r.training.steps[0]) & (grid <= r.training.steps[-1])
         curves.append((inside, *smoothed_on(r, window, grid)))
     for i, step in enumerate(grid):
         have = [(ret[i], hrs[i]) for inside, ret, hrs in curves if inside[i]]
@@ -94,9 +94,10 @@ def as_success(run: Run, path: Path) -> Run:
     Raises:
         ValueError: the run's env has no ``env.success_above`` (its success rates are NaN).
     """
-    if np.isnan(run.train_success).all() and np.isnan(run.eval_success).all():
+    if np.isnan(run.training.success).all() and np.isnan(run.evaluations.success).all():
         raise ValueError(f"{path}: the run's env has no env.success_above, so no success rate")
-    return dataclasses.replace(run, eval_returns=run.eval_success, train_returns=run.train_success)
+    return dataclasses.replace(run, evaluations=run.evaluations._replace(returns=run.evaluations.success),
+                               training=run.training._replace(returns=run.training.success))
 
 
 def _figure():
@@ -148,9 +149,9 @@ def compare_points(settings: list[tuple[str, list[Run]]], window: float, num_poi
     for label, runs in settings:
         for r in runs:
             points += [{"setting": label, "run": r.name, "kind": "eval", "agent_steps": s, "hours": h, "value": v}
-                       for s, h, v in zip(r.eval_steps, r.eval_hours, r.eval_returns, strict=True)]
-            if len(r.train_steps):  # the smoothed return at num_points steps of the run's span
-                grid = np.linspace(r.train_steps[0], r.train_steps[-1], num_points)
+                       for s, h, v in zip(r.evaluations.steps, r.evaluations.hours, r.evaluations.returns, strict=True)]
+            if len(r.training.steps):  # the smoothed return at num_points steps of the run's span
+                grid = np.linspace(r.training.steps[0], r.training.steps[-1], num_points)
                 returns, hours = smoothed_on(r, window, grid)
                 points += [{"setting": label, "run": r.name, "kind": "train", "agent_steps": float(s),
                             "hours": float(h), "value": float(v)}
@@ -223,7 +224,7 @@ def main() -> None:
         print(f"wrote {args.out} and {args.out.with_suffix('.csv')}")
         return
     runs = [read(r) for r in args.runs]
-    if not any(len(r.eval_steps) or len(r.train_steps) for r in runs):
+    if not any(len(r.evaluations.steps) or len(r.training.steps) for r in runs):
         parser.error("the runs have logged no episode returns or evaluations yet")
     points = eval_points(runs) + train_points(runs, args.window)
     title = args.title or f"{_env_id(args.runs[0])}, {len(runs)} run{'s' if len(runs) > 1 else ''}"

@@ -248,7 +248,7 @@ def test_keys_added_with_plus_are_refused(override, message):
 
 
 def actor_cores(cfg) -> list:
-    return list(plan(cfg).actor_cores)
+    return list(plan(cfg).actors.cores)
 
 
 def test_actors_are_pinned_to_the_cores_this_process_may_use():

@@ -175,3 +175,41 @@ def test_the_wheel_lists_every_package_folder():
     folders = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
     configs = {name for name in listed if name == "distrl.conf" or name.startswith("distrl.conf.")}
     assert listed - configs == folders
+
+
+MAX_PARAMETERS = 8
+# What may take more: the config schema's dataclasses mirror conf/'s YAML key for key (Hydra's structured
+# configs), and distrl/compat keeps the seeds' own signatures.
+WIDE_BY_DESIGN = ("distrl.config.schema", "distrl.compat")
+
+
+def test_no_constructor_or_factory_takes_over_8_parameters():
+    """Every class's constructor (a dataclass's or NamedTuple's fields that it takes included) and
+    every factory (a classmethod, a ``make_*`` function) of distrl takes at most 8 parameters."""
+    import importlib
+    import inspect
+
+    wide = {}
+    for name in sorted(modules()):
+        if name.startswith(WIDE_BY_DESIGN) or name == "distrl.__main__":
+            continue
+        module = importlib.import_module(name)
+        for attr, value in vars(module).items():
+            if getattr(value, "__module__", None) != name:
+                continue  # imported, checked where it is defined
+            makers = []
+            if inspect.isclass(value):
+                makers.append((attr, value))
+                makers += [(f"{attr}.{k}", getattr(value, k)) for k, v in vars(value).items()
+                           if isinstance(v, classmethod)]
+            elif inspect.isfunction(value) and attr.startswith("make_"):
+                makers.append((attr, value))
+            for label, maker in makers:
+                try:
+                    parameters = inspect.signature(maker).parameters
+                except (TypeError, ValueError):  # a builtin's
+                    continue
+                taken = [p for p in parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+                if len(taken) > MAX_PARAMETERS:
+                    wide[f"{name}.{label}"] = len(taken)
+    assert not wide, wide

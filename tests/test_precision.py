@@ -28,7 +28,7 @@ from distrl.runtime.preflight import validate
 def test_auto_is_bf16_where_the_cpu_computes_it(monkeypatch, flags, expected):
     monkeypatch.setattr(host, "cpu_bf16_flags", lambda: flags)
     placement = plan(compose_train(["experiment=cartpole", "device=cpu"]))
-    assert (placement.precision, placement.actor_precision) == (expected, expected)
+    assert (placement.precision, placement.actors.precision) == (expected, expected)
     assert ("auto: the CPU has " + ", ".join(flags) if flags else "neither") in placement.precision_reason
     fixed = plan(compose_train(["experiment=cartpole", "precision=fp32"]))
     assert (fixed.precision, fixed.precision_reason) == ("fp32", "set")

@@ -67,7 +67,7 @@ def test_placement_sizes_a_machine_of_1_2_16_48_cores(cores, device, actors, thr
     monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: set(range(100, 100 + cores)))
     monkeypatch.setattr(placement, "resolve_device", lambda name: torch.device(device))
     p = plan(compose_train(["precision=fp32"]))
-    assert (p.num_actors, p.learner_threads, p.learner_split, p.device.type) == (actors, threads, split, device)
+    assert (p.actors.count, p.learner_threads, p.learner_split, p.device.type) == (actors, threads, split, device)
     bf16 = plan(compose_train(["precision=bf16"]))  # the same rule (measured in both, docs/lab/benchmarks.md)
     assert (bf16.learner_split, bf16.learner_threads) == (split, threads)
     impala = plan(compose_train(["agent=impala"]))
@@ -76,7 +76,7 @@ def test_placement_sizes_a_machine_of_1_2_16_48_cores(cores, device, actors, thr
     assert plan(compose_train(["agent=appo", "batch_size=8"])).num_slots == actors * 16 + 8 + 8
     assert plan(compose_train(["agent=impala"])).num_slots == 2 * actors * 16 + 4
     if device == "cpu":
-        assert not p.async_step and p.actor_cores == tuple((100 + i,) for i in range(actors))
+        assert not p.actors.async_step and p.actors.cores == tuple((100 + i,) for i in range(actors))
     else:
-        assert p.async_step and p.actor_cores == (None,) * actors
-    assert p.env_cfg["async_step"] is p.async_step
+        assert p.actors.async_step and p.actors.cores == (None,) * actors
+    assert p.actors.env_cfg["async_step"] is p.actors.async_step

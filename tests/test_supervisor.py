@@ -23,7 +23,8 @@ CTX = multiprocessing.get_context("fork")  # the stand-in actors run no torch co
 
 def _raises(actor_id: int, ctx: ActorContext) -> None:
     """An actor whose env raises at once: it reports the traceback, as run_actor does, and exits 1."""
-    ctx.channels.error_queue.put((actor_id, f"Traceback...\nRuntimeError: the emulator broke (seed {ctx.envs.seed})"))
+    trace = f"Traceback...\nRuntimeError: the emulator broke (seed {ctx.envs.seed})"
+    ctx.channels.reports.errors.put((actor_id, trace))
     os._exit(1)
 
 

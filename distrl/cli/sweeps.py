@@ -226,7 +226,7 @@ def _job_gib(config: DictConfig, cores: int) -> float:
 
     placement = plan(config, cores)
     storage = RolloutLayout.for_run(config, env_spec(config.env)).nbytes(placement.num_slots)
-    return storage / 2**30 + PROCESS_GIB * (placement.num_actors + 1)
+    return storage / 2**30 + PROCESS_GIB * (placement.actors.count + 1)
 
 
 def _running_jobs() -> list[int]:

@@ -27,42 +27,53 @@ SPLIT_ENCODERS = ("nature_cnn",)  # impala_resnet: unmeasured (its one-thread T 
 
 
 @dataclass(frozen=True)
+class ActorPlacement:
+    """Where and how the actor processes run.
+
+    Attributes:
+        count: actor processes (``num_actors``).
+        envs_per_actor: environments each actor steps with one batched forward pass.
+        async_step: whether actors step half their envs while inferring on the other half.
+        cores: per actor, the core ids it is pinned to, or None (not pinned).
+        env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
+        precision: the actors' (and evaluations') arithmetic on the CPU.
+    """
+
+    count: int
+    envs_per_actor: int
+    async_step: bool
+    cores: tuple[tuple[int, ...] | None, ...]
+    env_cfg: dict
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
 class Placement:
     """The resolved sizing of one run.
 
     Attributes:
         device: the learner's device.
-        num_actors: actor processes.
-        envs_per_actor: environments each actor steps with one batched forward pass.
+        actors: the actor processes (:class:`ActorPlacement`).
         num_slots: rollout slots.
         learner_threads: threads of the trainer process's learner: torch threads, or with
             ``learner_split > 1`` the threads that run the parts (each on one torch thread).
         learner_split: parts of a minibatch the learner's threads share (1: no split).
-        async_step: whether actors step half their envs while inferring on the other half.
-        actor_cores: per actor, the core ids it is pinned to, or None (not pinned).
-        env_cfg: the ``env`` node as a plain dict for actor processes, ``async_step`` resolved.
         precision: the learner's arithmetic, ``fp32`` or ``bf16`` (:func:`distrl.config.host.resolve_precision`).
         precision_reason: why (``set``, or what ``auto`` read).
-        actor_precision: the actors' (and evaluations') arithmetic on the CPU.
     """
 
     device: torch.device
-    num_actors: int
-    envs_per_actor: int
+    actors: ActorPlacement
     num_slots: int
     learner_threads: int
     learner_split: int
-    async_step: bool
-    actor_cores: tuple[tuple[int, ...] | None, ...]
-    env_cfg: dict
     precision: str = "fp32"
     precision_reason: str = "set"
-    actor_precision: str = "fp32"
 
     @property
     def stepping(self) -> int:
         """Environments stepping at once (``num_actors x envs_per_actor``)."""
-        return self.num_actors * self.envs_per_actor
+        return self.actors.count * self.actors.envs_per_actor
 
 
 def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
@@ -154,5 +165,6 @@ def plan(cfg: DictConfig, cores: int | None = None) -> Placement:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     if "async_step" in env_cfg:
         env_cfg["async_step"] = async_step
-    return Placement(device, num_actors, cfg.envs_per_actor, num_slots, learner_threads, learner_split, async_step,
-                     actor_cores, env_cfg, precision, reason, actor_precision(cfg.get("precision", "fp32")))
+    actors = ActorPlacement(num_actors, cfg.envs_per_actor, async_step, actor_cores, env_cfg,
+                            actor_precision(cfg.get("precision", "fp32")))
+    return Placement(device, actors, num_slots, learner_threads, learner_split, precision, reason)

@@ -64,12 +64,12 @@ def _check_sizes(cfg: DictConfig, placement: Placement) -> None:
     """Refuse sizes that cannot run here before anything is allocated: more actor processes than
     the process limit or than memory holds, more slots than a slot queue holds."""
     limit = host.process_limit()
-    check(placement.num_actors <= limit, "num_actors", placement.num_actors,
+    check(placement.actors.count <= limit, "num_actors", placement.actors.count,
            f"at most {limit} processes may be started here (RLIMIT_NPROC, /proc/sys/kernel/threads-max)")
     available = host.available_memory()
-    need = placement.num_actors * ACTOR_PROCESS_BYTES
-    check(need <= available, "num_actors", placement.num_actors,
-           f"{placement.num_actors} actor processes need about {need / 2**30:.1f} GiB, more than the "
+    need = placement.actors.count * ACTOR_PROCESS_BYTES
+    check(need <= available, "num_actors", placement.actors.count,
+           f"{placement.actors.count} actor processes need about {need / 2**30:.1f} GiB, more than the "
            f"{available / 2**30:.1f} GiB of memory available")
     most = max_indices()
     check(placement.num_slots <= most, "num_slots", placement.num_slots,
@@ -191,10 +191,10 @@ def _validate_sizes(cfg: DictConfig, placement: Placement) -> None:
     _check_sizes(cfg, placement)
     if cfg.train.sync:  # each update takes rollouts of every env, all acted with the weights before it
         check(cfg.batch_size % placement.stepping == 0, "train.sync", cfg.train.sync,
-              f"true only with batch_size a multiple of num_actors x envs_per_actor (here {placement.num_actors} x "
+              f"true only with batch_size a multiple of num_actors x envs_per_actor (here {placement.actors.count} x "
               f"{cfg.envs_per_actor} = {placement.stepping}, batch_size={cfg.batch_size})")
         check(cfg.num_learners == 1, "train.sync", cfg.train.sync, "true only with num_learners=1")
-        check(not placement.async_step, "train.sync", cfg.train.sync,
+        check(not placement.actors.async_step, "train.sync", cfg.train.sync,
               "true only with env.async_step=false (every env hands in its rollout at once)")
     # Every stepping env always holds a slot; each learner must be able to collect B more. With
     # fewer, async stepping (half the envs hand in slots at a time) or several learners (each

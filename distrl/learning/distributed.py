@@ -69,11 +69,12 @@ class Ranks:
     local_world_size: int = 1
     timeout: float = 60.0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # where collectives' tensors live
-    outgoing: deque = field(default_factory=deque)
-    incoming: deque = field(default_factory=deque)
-    stop_requested: threading.Event = field(default_factory=threading.Event)
-    group_stopped: threading.Event = field(default_factory=threading.Event)
-    stopped_by: int | None = None
+    # the run's state between the ranks, not arguments
+    outgoing: deque = field(default_factory=deque, init=False)
+    incoming: deque = field(default_factory=deque, init=False)
+    stop_requested: threading.Event = field(default_factory=threading.Event, init=False)
+    group_stopped: threading.Event = field(default_factory=threading.Event, init=False)
+    stopped_by: int | None = field(default=None, init=False)
 
     @property
     def enabled(self) -> bool:

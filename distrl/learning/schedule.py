@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,6 +41,14 @@ class Position:
     intrinsic_coef: float = 0.0
 
 
+class Scheduled(NamedTuple):
+    """A coefficient and its schedule: ``constant``, ``linear`` (the entropy cost only) or a tuple of
+    ``(agent_steps, factor)`` points (:func:`piecewise_factor`)."""
+
+    value: float
+    schedule: Any
+
+
 @dataclass(frozen=True)
 class Schedule:
     """The constants of a run's schedule.
@@ -52,11 +60,10 @@ class Schedule:
         frameskip: frames per agent step.
         lr: ``agent.lr``, the peak learning rate.
         lr_warmup_steps: agent steps of linear warm-up from 0.
-        entropy_cost: ``agent.entropy_cost``.
-        entropy_schedule: ``agent.entropy_schedule``: ``constant``, ``linear`` or a list of
-            ``[agent_steps, factor]`` points (:func:`piecewise_factor`).
-        intrinsic_coef: ``intrinsic.coef`` (0 without an intrinsic reward).
-        intrinsic_schedule: ``intrinsic.coef_schedule``: ``constant`` or a list of points.
+        entropy: ``agent.entropy_cost`` on ``agent.entropy_schedule``: ``constant``, ``linear`` or a
+            list of ``[agent_steps, factor]`` points (:func:`piecewise_factor`).
+        intrinsic: ``intrinsic.coef`` (0 without an intrinsic reward) on ``intrinsic.coef_schedule``:
+            ``constant`` or a list of points.
     """
 
     steps_per_update: int
@@ -64,19 +71,18 @@ class Schedule:
     frameskip: int
     lr: float
     lr_warmup_steps: int
-    entropy_cost: float
-    entropy_schedule: Any
-    intrinsic_coef: float = 0.0
-    intrinsic_schedule: Any = "constant"
+    entropy: Scheduled
+    intrinsic: Scheduled = Scheduled(0.0, "constant")
 
     @classmethod
     def for_run(cls, cfg: DictConfig, world_size: int = 1, frameskip: int = 1) -> Schedule:
         """The schedule of train config ``cfg`` on ``world_size`` ranks."""
         intrinsic = cfg.get("intrinsic") or {"name": "none"}
         coef = 0.0 if intrinsic["name"] == "none" else intrinsic["coef"]
+        entropy = Scheduled(cfg.agent.entropy_cost, _points(cfg.agent.entropy_schedule))
+        bonus = Scheduled(coef, _points(intrinsic.get("coef_schedule", "constant")))
         return cls(cfg.num_steps * cfg.batch_size * world_size, cfg.train.num_train_steps, frameskip,
-                   cfg.agent.lr, cfg.agent.lr_warmup_steps, cfg.agent.entropy_cost,
-                   _points(cfg.agent.entropy_schedule), coef, _points(intrinsic.get("coef_schedule", "constant")))
+                   cfg.agent.lr, cfg.agent.lr_warmup_steps, entropy, bonus)
 
     def at(self, updates: int) -> Position:
         """Where the run is after ``updates`` updates, and the learning rate and entropy cost of
@@ -94,15 +100,14 @@ class Schedule:
         warmup = 1.0
         if self.lr_warmup_steps > 0:
             warmup = min(1.0, (agent_steps + self.steps_per_update) / self.lr_warmup_steps)
-        if self.entropy_schedule == "constant":
-            entropy = self.entropy_cost
-        elif self.entropy_schedule == "linear":
-            entropy = self.entropy_cost * decay
-        else:
-            entropy = self.entropy_cost * piecewise_factor(self.entropy_schedule, agent_steps)
-        coef = self.intrinsic_coef
-        if self.intrinsic_schedule != "constant":
-            coef *= piecewise_factor(self.intrinsic_schedule, agent_steps)
+        entropy = self.entropy.value
+        if self.entropy.schedule == "linear":
+            entropy *= decay
+        elif self.entropy.schedule != "constant":
+            entropy *= piecewise_factor(self.entropy.schedule, agent_steps)
+        coef = self.intrinsic.value
+        if self.intrinsic.schedule != "constant":
+            coef *= piecewise_factor(self.intrinsic.schedule, agent_steps)
         return Position(updates, agent_steps, agent_steps * self.frameskip, updates, self.lr * (warmup * decay),
                         entropy, coef)
 

@@ -110,7 +110,7 @@ class Checkpointer:
             **({"num_actions": space.nvec[0]} if space.is_discrete else {}),
             "pretraining": bool(self.cfg.train.pretraining),
             "precision": self.placement.precision,
-            "actor_precision": self.placement.actor_precision,  # that of the run's evaluations (distrl eval's default)
+            "actor_precision": self.placement.actors.precision,  # that of the run's evaluations (distrl eval's default)
             **({"intrinsic": intrinsic} if intrinsic is not None else {}),
         }
 

@@ -103,20 +103,20 @@ class TrainingLoop:
             self.run_dir, train.num_train_steps, self.learner.position.agent_steps, self.spec.frameskip,
             hparams=hparams, progress=self.progress, wandb=WandbSink.start(self.run_dir, cfg),
         ) if self.ranks.is_main else NullTelemetry()
-        channels = Channels.create(slots, mp_context, p.num_actors, self.learner.position.policy_version,
+        channels = Channels.create(slots, mp_context, p.actors.count, self.learner.position.policy_version,
                                    sync=bool(train.get("sync", False)))
-        self.actor_logs = logs.ActorLogWriter(channels.log_queue, self.run_dir / "actors.log")
+        self.actor_logs = logs.ActorLogWriter(channels.reports.logs, self.run_dir / "actors.log")
         self.actor_logs.start()
-        first_actor = self.ranks.rank * p.num_actors
+        first_actor = self.ranks.rank * p.actors.count
         self.workers = Workers(
             mp_context, slots, channels, self.learner, self.stats,
             RestartBudget(train.max_actor_restarts, train.actor_restart_window),
-            reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.envs_per_actor, restart,
-                                                      p.num_actors * self.ranks.world_size))
+            reseed=lambda actor_id, restart: env_seed(cfg.seed, first_actor + actor_id, p.actors.envs_per_actor,
+                                                      restart, p.actors.count * self.ranks.world_size))
         self.reporter = Reporter(self.telemetry, channels, self.learner, self.stats, self.workers,
                                  self.spec.frameskip, cfg.env.get("success_above"))
         self.evaluations = Evaluations(self.networks.learner, self.eval_env, train.num_eval_episodes, cfg.seed,
-                                       p.actor_precision, bool(train.get("eval_deterministic", False)))
+                                       p.actors.precision, bool(train.get("eval_deterministic", False)))
         outcome = "failed"
         try:
             contexts = actor_contexts(cfg, p, self.networks.actor, slots, channels, first_actor=first_actor,

@@ -42,7 +42,7 @@ class Reporter:
 
     Args:
         telemetry: where every scalar goes (:class:`distrl.utils.telemetry.Telemetry`).
-        channels: the run's queues (finished episodes come on ``channels.episode_queue``).
+        channels: the run's queues (finished episodes come on ``channels.reports.episodes``).
         learner, stats: the learner (its lock, update count and last batch; its ranks: rank 0 logs every
             rank's episodes, the others hand theirs over; its network, whose learner copy's encoder's
             dormant units are measured) and its statistics.
@@ -65,7 +65,7 @@ class Reporter:
     def finished_episodes(self) -> list[tuple[float, int]]:
         """Episodes finished since the last tick, ``(raw return, length)``: this rank's actors' and, on
         rank 0, the other ranks' (which the learners' collectives bring, :mod:`distrl.learning.distributed`)."""
-        episodes = [(r, n) for _, r, n in drain(self.channels.episode_queue)]
+        episodes = [(r, n) for _, r, n in drain(self.channels.reports.episodes)]
         if not self.ranks.is_main:
             self.ranks.outgoing.extend(episodes)
             episodes = []
@@ -159,10 +159,10 @@ def announce(cfg: DictConfig, placement: Placement, spec: EnvSpec, networks: Act
     p = placement
     log.info("run directory %s", run_dir.resolve())
     log.info("%s: observations %s, %s | %d actor(s) x %d envs, T=%d, B=%d | learner on %s, "
-             "%d thread(s)%s | %s", cfg.env.id, spec.obs_shape, spec.action_space.describe(), p.num_actors,
-             p.envs_per_actor, cfg.num_steps, cfg.batch_size, p.device, p.learner_threads,
+             "%d thread(s)%s | %s", cfg.env.id, spec.obs_shape, spec.action_space.describe(), p.actors.count,
+             p.actors.envs_per_actor, cfg.num_steps, cfg.batch_size, p.device, p.learner_threads,
              f", minibatches in {p.learner_split} parts" if p.learner_split > 1 else "", networks.describe())
-    log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actor_precision)
+    log.info("precision: learner %s (%s), actors %s", p.precision, p.precision_reason, p.actors.precision)
     log.debug("%s", networks.learner)
     if ranks.enabled:
         log.info("rank %d of %d (local %d of %d, cores %s): gradients averaged over the ranks, effective "

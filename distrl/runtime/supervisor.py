@@ -135,7 +135,7 @@ class Workers:
             RankLost: the learner's collective with the other ranks failed.
             LearnerFailure: with the learner's exception, any other.
         """
-        for actor_id, trace in drain(self.channels.error_queue):
+        for actor_id, trace in drain(self.channels.reports.errors):
             self.causes[actor_id] = trace.strip().splitlines()[-1]
             log.error("actor %d raised:\n%s", actor_id, trace)
         for actor_id, process in enumerate(self.actors):
@@ -169,7 +169,7 @@ class Workers:
         if self.reseed is not None:
             envs = dataclasses.replace(ctx.envs, seed=self.reseed(actor_id, restart))
             ctx = self.contexts[actor_id] = dataclasses.replace(ctx, envs=envs)
-        self.channels.heartbeat[actor_id] = 0.0
+        self.channels.reports.heartbeat[actor_id] = 0.0
         self.actors[actor_id] = self._spawn(actor_id, ctx)
         log.warning("actor %d died (%s): restarted (restart %d of the run), env seed %d; %d slot(s) it held "
                     "returned", actor_id, cause, self.restarts, ctx.envs.seed, len(freed))
@@ -179,7 +179,7 @@ class Workers:
         now = time.time()
         lines = []
         for actor_id, process in enumerate(self.actors):
-            beat = float(self.channels.heartbeat[actor_id])
+            beat = float(self.channels.reports.heartbeat[actor_id])
             last = f"last step {now - beat:.1f} s ago" if beat else "no step yet"
             state = "alive" if process.is_alive() else f"dead (exit code {process.exitcode})"
             held = int((self.slots.owner == actor_id).sum())

@@ -107,7 +107,7 @@ class Trainer:
             path = str(checkpoint.checkpoint_file(cfg.train.init_model_path))
             load_initial_weights(self.networks, self.intrinsic, cfg, path)
         self.networks.to(self.device)
-        self.networks.share_actor(actor_precision=self.placement.actor_precision)
+        self.networks.share_actor(actor_precision=self.placement.actors.precision)
         if self.intrinsic is not None:
             self.intrinsic.to(self.device)
         self.schedule = Schedule.for_run(cfg, self.ranks.world_size, self.spec.frameskip)
@@ -169,7 +169,7 @@ class Trainer:
             model = copy.deepcopy(self.networks.learner).cpu()
         seed = eval_seed(self.cfg.seed, self.position.agent_steps) if seed is None else seed
         return evaluate(model, self.eval_env, num_episodes, seed, deterministic,
-                        precision=self.placement.actor_precision)
+                        precision=self.placement.actors.precision)
 
     # ----------------------------------------------------------------- main entry
     def train(self) -> dict[str, Any]:

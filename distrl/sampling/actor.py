@@ -42,17 +42,17 @@ def actor_contexts(cfg, placement, model, slots: Slots, channels: Channels,
     ``first_actor``: the run-wide id of this rank's first actor (its env seeds follow from it);
     ``bonus``: the actors' part of an intrinsic reward computed in the actors (E3B's), or None."""
     collection = Collection(
-        cfg.num_steps, placement.actor_precision,
+        cfg.num_steps, placement.actors.precision,
         float(cfg.agent.discount) if cfg.agent.get("normalize_rewards", False) else None,
         cfg.batch_size // placement.stepping if cfg.train.get("sync", False) else 0)
     return [
         ActorContext(
-            ActorEnvs(placement.env_cfg, placement.envs_per_actor,
-                      env_seed(cfg.seed, first_actor + actor_id, placement.envs_per_actor)),
+            ActorEnvs(placement.actors.env_cfg, placement.actors.envs_per_actor,
+                      env_seed(cfg.seed, first_actor + actor_id, placement.actors.envs_per_actor)),
             collection, model, slots.tensors, channels,
-            ActorProcess(os.getpid(), log_level or cfg.log_level, placement.actor_cores[actor_id]), bonus,
+            ActorProcess(os.getpid(), log_level or cfg.log_level, placement.actors.cores[actor_id]), bonus,
         )
-        for actor_id in range(placement.num_actors)
+        for actor_id in range(placement.actors.count)
     ]
 
 
@@ -73,7 +73,7 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
         signal.signal(sig, signal.SIG_IGN)
     pin_process(ctx.process.cpu_affinity)
     ch = ctx.channels
-    log_to_queue(ch.log_queue, ctx.process.log_level, actor=actor_id)
+    log_to_queue(ch.reports.logs, ctx.process.log_level, actor=actor_id)
     torch.set_num_threads(1)
     held: list[int] = []
     try:
@@ -84,7 +84,7 @@ def run_actor(actor_id: int, ctx: ActorContext) -> None:
         log.exception("actor %d failed", actor_id)
         # the end says what failed; a message must fit one atomic pipe write (PIPE_BUF bytes)
         trace = traceback.format_exc().encode()[-(PIPE_BUF // 2):].decode(errors="ignore")
-        ch.error_queue.put((actor_id, trace))
+        ch.reports.errors.put((actor_id, trace))
         raise SystemExit(1) from None
     finally:
         for index in held:
@@ -124,7 +124,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     try:
         ids, obs = env.reset(ctx.envs.seed)
         while True:
-            ctx.channels.heartbeat[actor_id] = time.time()
+            ctx.channels.reports.heartbeat[actor_id] = time.time()
             ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
             out, seen = step_policy(model, obs_t, state, ids_t, precision=precision)
             if bonus is not None:

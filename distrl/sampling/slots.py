@@ -16,12 +16,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from distrl.rollout import RolloutLayout, declared
 from distrl.sampling.queues import IndexQueue, MessageQueue, PolicyVersion, SharedValue, drain
+
+
+class ActorReports(NamedTuple):
+    """What the actors tell the trainer.
+
+    Attributes:
+        episodes: finished episodes as ``(actor_id, return, length)``.
+        errors: an actor's exception as ``(actor_id, traceback text)``.
+        logs: the actors' log records (:mod:`distrl.sampling.logs` writes them to ``actors.log``).
+        heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
+    """
+
+    episodes: MessageQueue
+    errors: MessageQueue
+    logs: MessageQueue
+    heartbeat: torch.Tensor
 
 
 @dataclass
@@ -32,42 +48,35 @@ class Channels:
     Attributes:
         free_queue, full_queue: slot index queues (those of the :class:`Slots`).
         owner: ``[N] int32``, the actor holding each slot (the slots' ``owner``).
-        episode_queue: finished episodes as ``(actor_id, return, length)``.
-        error_queue: an actor's exception as ``(actor_id, traceback text)``.
-        log_queue: the actors' log records (:mod:`distrl.sampling.logs` writes them to ``actors.log``).
+        reports: what the actors tell the trainer (:class:`ActorReports`).
         stop_event: set by the trainer to stop every actor.
         policy_version: learner updates so far, published to the actors that wait for it
             (:class:`distrl.sampling.queues.PolicyVersion`).
-        heartbeat: ``[num_actors] float64``, each actor's last step as ``time.time()`` (0: none yet).
     """
 
     free_queue: IndexQueue
     full_queue: IndexQueue
     owner: torch.Tensor
-    episode_queue: MessageQueue
-    error_queue: MessageQueue
-    log_queue: MessageQueue
+    reports: ActorReports
     stop_event: SharedValue
     policy_version: PolicyVersion
-    heartbeat: torch.Tensor
 
     @classmethod
     def create(cls, slots: Any, mp_context, num_actors: int, policy_version: int = 0, sync: bool = False) -> Channels:
         """The channels of a :class:`Slots` ``slots`` (its slot queues and ``owner``) for ``num_actors``
         actors, with new message queues and shared values; with ``sync`` (``train.sync``) every actor
         gets a wake-up pipe for the learner's publications (:class:`PolicyVersion`)."""
-        return cls(slots.free_queue, slots.full_queue, slots.owner, MessageQueue(mp_context),
-                   MessageQueue(mp_context), MessageQueue(mp_context), SharedValue(0),
-                   PolicyVersion(mp_context, num_actors if sync else 0, policy_version),
-                   torch.zeros(num_actors, dtype=torch.float64).share_memory_())
+        reports = ActorReports(MessageQueue(mp_context), MessageQueue(mp_context), MessageQueue(mp_context),
+                               torch.zeros(num_actors, dtype=torch.float64).share_memory_())
+        return cls(slots.free_queue, slots.full_queue, slots.owner, reports, SharedValue(0),
+                   PolicyVersion(mp_context, num_actors if sync else 0, policy_version))
 
     def close(self) -> None:
         """Close this process's ends of the message queues and the version's pipes (the slot queues
         belong to :class:`Slots`)."""
         self.policy_version.close()
-        self.episode_queue.close()
-        self.error_queue.close()
-        self.log_queue.close()
+        for queue in (self.reports.episodes, self.reports.errors, self.reports.logs):
+            queue.close()
 
 
 NO_OWNER = -1

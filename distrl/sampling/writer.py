@@ -117,7 +117,7 @@ class SlotWriter:
         while not ch.policy_version.wait_past(self.handed_version, self.actor_id, POLL_SECONDS):
             if self.should_stop():
                 raise Stopped
-            ch.heartbeat[self.actor_id] = time.time()
+            ch.reports.heartbeat[self.actor_id] = time.time()
         self.version[ids] = ch.policy_version.value
 
     def restage(self, ids: np.ndarray, out: dict) -> None:
@@ -229,7 +229,7 @@ class Episodes:
     """Running return and length of each env's episode; finished ones go to the episode queue."""
 
     def __init__(self, actor_id: int, ctx: ActorContext):
-        self.actor_id, self.queue = actor_id, ctx.channels.episode_queue
+        self.actor_id, self.queue = actor_id, ctx.channels.reports.episodes
         self.total = np.zeros(ctx.envs.num_envs, dtype=np.float64)
         self.length = np.zeros(ctx.envs.num_envs, dtype=np.int64)
 
