@@ -225,7 +225,7 @@ def _read_record(path: Path) -> tuple[dict[str, str], list[dict[str, Any]]]:
         header[key] = value
     reader = csv.reader(lines)
     columns = next(reader, [])
-    rows = [{k: v for k, v in zip(columns, map(_parse, row), strict=True) if v is not None} for row in reader]
+    rows = [{k: _parse(v) for k, v in zip(columns, row, strict=True) if v} for row in reader]  # "": not logged
     return header, rows
 
 

@@ -24,11 +24,13 @@ With ``--precisions fp32 bf16`` every figure is measured with each ``precision``
 interleaved in every round (``--repeats``), and the ratios follow; ``--variant 'A=1' --variant
 'A=2 B=3'`` does the same for any sets of overrides.
 
-Limit model: an agent step costs 1/E + 1/I + 1/L core-seconds, so P = 1 / (1/E + 1/I + 1/L) is what
-one core allows and the limit of a run is its cores (actors + learner threads, at most the cores
-the command may use) x P (with a learner of several threads L is theirs, so the limit is higher); P_S =
-1 / (1/E + 1/I) is one actor core's limit for sampling. S/P_S and T/limit say how close distrl runs
-to what the parts allow.
+Limit model (docs/lab/benchmarks.md, "The limit model"): each part's core-seconds per agent step as
+it spent them when measured, n/figure for a figure measured on n cores (E and I on the actors' cores,
+min(num_actors, cores); L on the learner's threads, min(learner_threads, cores)). An agent step costs
+c = n_A/E + n_A/I + n_L/L core-seconds, and a run of C cores (its processes' threads, at most the
+cores the command may use) does at most C / c agent steps/s; no faster than its actors sample,
+P_S = 1 / (1/E + 1/I), nor than its learner learns, L. The limit is the least of the three, and
+S/P_S and T/limit say how close distrl runs to what its parts allow.
 """
 
 from __future__ import annotations
@@ -498,20 +500,35 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
                 ratios = [s * (1 / e + 1 / i) for e, i, s in zip(rounds["E"], rounds["I"], rounds["S"], strict=True)]
                 rows.append(("S/P_S rounds", " ".join(f"{r:.2f}" for r in ratios)))
         if "L" in figures:
-            p = 1 / (1 / figures["E"] + 1 / figures["I"] + 1 / figures["L"])
-            # the processes' threads, at most the cores this command may use (a learner that shares
-            # the actors' cores, learner_split > 1, has as many threads as the machine's cores)
-            cores = min(placement.actors.count + placement.learner_threads, len(os.sched_getaffinity(0)))
-            rows.append(("P", f"{p:,.0f}"))
-            rows.append((f"limit ({cores} cores x P)", f"{cores * p:,.0f}"))
+            model = limit_model(figures["E"], figures["I"], figures["L"], placement, len(os.sched_getaffinity(0)))
+            rows.append(("core-s per agent step (E, I, L)", " + ".join(f"{c * 1e3:.3f}" for c in model["parts"])
+                         + f" = {model['cost'] * 1e3:.3f} ms"))
+            rows.append((f"limit (least of {model['cores']} cores / cost, P_S, L)",
+                         f"{model['limit']:,.0f} ({model['bound']})"))
             if "T" in figures:
-                rows.append(("T/limit", f"{figures['T'] / (cores * p):.2f}"))
+                rows.append(("T/limit", f"{figures['T'] / model['limit']:.2f}"))
     if "T" in extras:  # where the cores went during T (the round nearest the median)
         end = min(extras["T"], key=lambda e: abs(e["T"] - figures["T"]))
         if "actor_cores" in end:
             rows.append(("cores busy: actors, trainer", f"{end['actor_cores']:.2f}, {end['trainer_cores']:.2f}"))
     print(json.dumps({"summary": {k: v for k, v in rows}, "precision": precision}), flush=True)
     return rows
+
+
+def limit_model(e: float, i: float, learn: float, placement, allowed: int) -> dict:
+    """The limit of a run from its parts' figures (agent steps/s): ``e`` (E) and ``i`` (I) measured in
+    the actors' processes, ``learn`` (L) on the learner's threads; ``allowed``: the cores the command
+    may use. Returns ``parts`` (each part's core-seconds per agent step: n/figure, n the cores it ran
+    on), their sum ``cost``, the run's ``cores`` (its actors and learner threads, at most
+    ``allowed``), the ``limit`` (agent steps/s: the least of cores / cost, sampling's 1 / (1/E + 1/I)
+    and L) and which of the three it is (``bound``)."""
+    actor_cores = min(placement.actors.count, allowed)
+    learner_cores = min(placement.learner_threads, allowed)
+    parts = (actor_cores / e, actor_cores / i, learner_cores / learn)
+    cores = min(placement.actors.count + placement.learner_threads, allowed)
+    bounds = {"cores": cores / sum(parts), "sampling": 1 / (1 / e + 1 / i), "learner": learn}
+    bound = min(bounds, key=bounds.get)
+    return {"parts": parts, "cost": sum(parts), "cores": cores, "limit": bounds[bound], "bound": bound}
 
 
 def _bf16_flags() -> list[str]:

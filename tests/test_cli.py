@@ -129,9 +129,6 @@ HYDRA_REFUSALS = {
     # a renamed key: one line naming the new name (distrl.config.schema.RENAMED), a sweep's too
     "renamed-key": (["train", "-m", "num_storages=12,16"], "distrl train: error: num_storages is now num_slots: give "
                                                           "num_slots=VALUE"),
-    "renamed-agent-key": (["train", "agent.normalize_returns=true"], "distrl train: error: agent.normalize_returns is "
-                                                                    "now agent.normalize_rewards: give "
-                                                                    "agent.normalize_rewards=VALUE"),
 }
 
 
@@ -171,7 +168,7 @@ def test_the_api_raises_the_commands_line(failed, hydra_flags):
     cases = {case: CASES[case][0] for case in ("validation", "unknown-key", "added-unknown-key", "unknown-option",
                                                 "wrong-type", "unparsable", "refused-space", "box-plain",
                                                 "box-without-mlp", "eval-unknown-key", "eval-without-ckpt")}
-    cases |= {case: HYDRA_REFUSALS[case][0] for case in ("typo-key", "typo-option", "renamed-agent-key")}
+    cases |= {case: HYDRA_REFUSALS[case][0] for case in ("typo-key", "typo-option")}
     for case, (command, *overrides) in cases.items():
         with pytest.raises(distrl.ConfigError) as raised:
             distrl.compose_config(overrides, config_name=command)

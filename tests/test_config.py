@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import compose_train
+from omegaconf import OmegaConf
 
+from distrl.config.compose import compose_or_refuse
 from distrl.config.placement import plan
-from distrl.config.schema import ConfigError, config_dir
+from distrl.config.schema import RENAMED, ConfigError, config_dir
 from distrl.runtime.preflight import validate
 
 CONF = Path(config_dir())
@@ -232,6 +234,14 @@ def test_slots_larger_than_shared_memory_are_refused():
     with pytest.raises(ConfigError) as info:  # 130,000 Pong slots of T=200: about 2.2 TB
         validate(compose_train(["num_steps=200", "num_slots=130000"]))
     assert str(info.value).startswith("num_slots=130000 is not allowed: the slots need") and "GiB" in str(info.value)
+
+
+@pytest.mark.parametrize("old, new", sorted(RENAMED.items()))
+def test_a_renamed_key_is_refused_with_its_new_name(old, new):
+    with pytest.raises(ConfigError) as info:
+        compose_or_refuse([f"{old}=1"])
+    assert str(info.value) == f"{old} is now {new}: give {new}=VALUE (docs/configuration.md)"
+    assert OmegaConf.select(compose_train([f"{new}=1"]), new) in (1, True)  # the new key takes the value
 
 
 @pytest.mark.parametrize("override, message", [
