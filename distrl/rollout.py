@@ -60,9 +60,9 @@ class Writer(enum.Enum):
 
 
 # a stored key's per-row shape names the layout resolves: the observation's shape, the action's, the width
-# of the policy's parameters, the LSTM state's (1, H); a dtype's: the observation's, the action's. (The
-# learner's keys name theirs for the reader: "heads", the value heads; "features", the encoder's width.)
-SHAPES = ("obs", "action", "params", "core")
+# of the policy's parameters, the LSTM state's (1, H), the encoder's width F; a dtype's: the observation's,
+# the action's. (The learner's keys name theirs for the reader: "heads", the value heads.)
+SHAPES = ("obs", "action", "params", "core", "features")
 DTYPES = ("obs", "action")
 
 
@@ -115,6 +115,9 @@ KEYS: dict[str, BatchKey] = {key.name: key for key in (
     BatchKey("policy_params", _T1, _ACTING, ("params",), _F32,
              doc="the behaviour distribution's parameters at x_t (distrl.nn.distributions; step_policy)"),
     BatchKey("baseline", _T1, _ACTING, (), _F32, doc="the behaviour policy's value of x_t (step_policy)"),
+    BatchKey("behaviour_preactivations", _T1, _ACTING, ("features",), _F32, "behaviour_features",
+             doc="the behaviour policy's encoder pre-activations at x_t, PFO's anchor with agent.pfo_anchor=behaviour "
+                 "(ActorCritic.act; distrl.learning.losses.penalties.FeatureDrift)"),
     BatchKey("intrinsic_bonus", _T1, _ACTING, (), _F32, "actor_bonus",
              doc="the bonus the actor gave x_t (intrinsic=e3b; distrl.intrinsic.e3b); the intrinsic reward of "
                  "step t is row t+1's"),
@@ -188,6 +191,8 @@ class RolloutLayout:
         core_size: the LSTM core's hidden size H, or None without a core.
         actor_bonus: the actors store an intrinsic bonus per row (``intrinsic=e3b``).
         returns: the actors store each env's discounted return (``agent.normalize_rewards``).
+        behaviour_features: the encoder's width F where the actors store their pre-activations (PFO with
+            ``agent.pfo_anchor=behaviour``); None: they do not.
     """
 
     num_steps: int
@@ -197,6 +202,7 @@ class RolloutLayout:
     core_size: int | None = None
     actor_bonus: bool = False
     returns: bool = False
+    behaviour_features: int | None = None
 
     @classmethod
     def for_run(cls, cfg, spec) -> RolloutLayout:
@@ -204,7 +210,8 @@ class RolloutLayout:
         return cls(cfg.num_steps, tuple(spec.obs_shape),
                    torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32, spec.action_space,
                    cfg.model.feature_dim if cfg.model.use_lstm else None, cfg.intrinsic.name == "e3b",
-                   bool(cfg.agent.get("normalize_rewards", False)))
+                   bool(cfg.agent.get("normalize_rewards", False)),
+                   cfg.model.feature_dim if behaviour_anchor(cfg.agent) else None)
 
     def nbytes(self, num_slots: int) -> int:
         """Bytes of shared memory ``num_slots`` slots of this layout take."""
@@ -232,7 +239,7 @@ class RolloutLayout:
         """
         space = self.action_space
         shapes = {"obs": self.obs_shape, "action": tuple(space.action_shape), "params": (space.param_size,),
-                  "core": (1, self.core_size)}
+                  "core": (1, self.core_size), "features": (self.behaviour_features,)}
         dtypes = {"obs": self.obs_dtype, "action": space.action_dtype}
         try:
             row = tuple(d for part in key.shape for d in (shapes[part] if isinstance(part, str) else (part,)))
@@ -241,3 +248,9 @@ class RolloutLayout:
             raise ValueError(f"batch key {key.name!r}: the layout resolves the shapes {SHAPES} and the dtypes "
                              f"{DTYPES}, not {exc.args[0]!r}") from None
         return ((self.num_steps + 1, *row) if key.rows is Rows.T_PLUS_1 else row), dtype
+
+
+def behaviour_anchor(agent) -> bool:
+    """Whether PFO anchors the features to the behaviour policy's, which the actors store
+    (``agent.pfo_coef > 0`` and ``agent.pfo_anchor=behaviour``)."""
+    return float(agent.get("pfo_coef", 0.0)) > 0 and agent.get("pfo_anchor", "update") == "behaviour"

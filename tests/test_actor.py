@@ -80,8 +80,8 @@ def collect(overrides: list[str]) -> tuple[list[dict], ActorLearner]:
     ["env.max_episode_steps=30", "env.async_step=true"],
     ["env.max_episode_steps=30", "env.async_step=false"],
     ["env.max_episode_steps=30", "model.use_lstm=true", "model.feature_dim=32"],
-    ["env.max_episode_steps=30", "env.async_step=true", "model.last_action_reward=true"],
-], ids=["async", "synchronous", "lstm", "last_action_reward"])
+    ["env.max_episode_steps=30", "env.async_step=true", "model.last_action_reward=true", "agent.pfo_anchor=behaviour"],
+], ids=["async", "synchronous", "lstm", "last_action_reward_and_pfo_anchor"])
 def test_slots_hold_contiguous_trajectories(overrides):
     slots, policy = collect(["env=atari", *overrides])
     ends = 0
@@ -102,9 +102,14 @@ def test_slots_hold_contiguous_trajectories(overrides):
         # rewards reproduce the behaviour policy.
         core = (slot["core_h"].unsqueeze(1), slot["core_c"].unsqueeze(1)) if "core_h" in slot else ()
         with torch.no_grad():
-            logits, baseline, _ = policy.actor(obs.unsqueeze(1), first.unsqueeze(1), core,
-                                               slot["last_action"].unsqueeze(1), slot["last_reward"].unsqueeze(1))
+            logits, baseline, _, preactivations = policy.actor(
+                obs.unsqueeze(1), first.unsqueeze(1), core, slot["last_action"].unsqueeze(1),
+                slot["last_reward"].unsqueeze(1), with_preactivations=True)
         torch.testing.assert_close(slot["policy_params"], logits[:, 0], rtol=1e-4, atol=1e-4)
+        if "pfo_anchor" in str(overrides):  # PFO's anchor from the actors: the features they acted on
+            torch.testing.assert_close(slot["behaviour_preactivations"], preactivations[:, 0], rtol=1e-4, atol=1e-4)
+        else:
+            assert "behaviour_preactivations" not in slot
         torch.testing.assert_close(slot["baseline"], baseline[:, 0], rtol=1e-4, atol=1e-4)
         truncated_rows = slot["truncated"][:-1] & ~slot["terminated"][:-1]
         assert (slot["truncation_value"][:-1][truncated_rows] != 0).all()

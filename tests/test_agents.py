@@ -235,6 +235,23 @@ def test_pfo_adds_the_weighted_drift_of_the_encoders_preactivations_from_the_upd
                                                      plain.networks.learner.parameters(), strict=True))
 
 
+def test_pfos_behaviour_anchor_is_the_stored_features_and_costs_no_forward_pass():
+    """``agent.pfo_anchor=behaviour``: the anchor is the batch's ``behaviour_preactivations`` (what the
+    actors stored, tests/test_actor.py), so the update computes nothing before its first step; given the
+    features of the update's start it makes the very update of the paper's anchor."""
+    learner, policy = _appo(["agent.pfo_coef=0.5", "agent.num_epochs=2"])
+    behaviour, twin = _appo(["agent.pfo_coef=0.5", "agent.num_epochs=2", "agent.pfo_anchor=behaviour"])
+    twin.learner.load_state_dict(policy.learner.state_dict())
+    batch = on_policy_batch(policy)
+    with torch.no_grad():
+        _, _, _, pre = policy.learner(batch["obs"], batch["first"], with_preactivations=True)
+    assert learner.plan.loss.prepares and not behaviour.plan.loss.prepares
+    assert learner.update(batch)["feature_drift"] == behaviour.update({**batch, "behaviour_preactivations": pre})[
+        "feature_drift"]
+    for a, b in zip(policy.learner.parameters(), twin.learner.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_pfo_is_refused_where_it_cannot_act():
     from distrl.config.schema import ConfigError
     from distrl.config.validation import validate_config
@@ -244,3 +261,8 @@ def test_pfo_is_refused_where_it_cannot_act():
     with pytest.raises(ConfigError, match="agent.pfo_coef=1.0 is not allowed: 0 with one optimizer step a batch"):
         validate_config(compose_train(["experiment=cartpole", "agent=impala", "agent.pfo_coef=1"]))
     validate_config(compose_train(["experiment=cartpole", "agent=appo", "agent.pfo_coef=1"]))
+    # anchored to the behaviour policy, the features drift before a single step too
+    validate_config(compose_train(["experiment=cartpole", "agent=impala", "agent.pfo_coef=1",
+                                   "agent.pfo_anchor=behaviour"]))
+    with pytest.raises(ConfigError, match="agent.pfo_anchor='start' is not allowed: update or behaviour"):
+        validate_config(compose_train(["experiment=cartpole", "agent.pfo_anchor=start"]))

@@ -21,8 +21,7 @@ class ConfigError(ValueError):
     """A config value is not allowed; the message names the key and what is allowed."""
 
 
-# Keys renamed so that one concept has one word (docs/architecture.md, "Words"), the old name refused
-# with the new: rllte's storage is distrl's slot; the reward scaling is Gymnasium's NormalizeReward's word
+# Renamed keys (docs/architecture.md, "Words"), the old name refused with the new
 RENAMED = {"num_storages": "num_slots", "agent.normalize_returns": "agent.normalize_rewards"}
 
 
@@ -34,6 +33,7 @@ def renamed_message(key: str) -> str:
 ESTIMATORS = ("vtrace", "gae")  # agent.estimator (distrl/learning/losses/returns.py)
 MINIBATCHES = ("unrolls", "steps")  # agent.minibatch (distrl/learning/losses/base.py)
 CLIP_RANGES = ("symmetric", "reciprocal")  # agent.clip_range (distrl/learning/losses/appo.py)
+PFO_ANCHORS = ("update", "behaviour")  # agent.pfo_anchor (distrl/learning/losses/penalties.py)
 
 
 @dataclass
@@ -106,9 +106,10 @@ class AgentConfig:
     # the critic learns value targets normalised by their running mean and std, clipped to [-5, 5]
     # (Sample Factory's normalize_returns; distrl/nn/normalization.py, normalize_value_targets)
     normalize_values: bool = MISSING
-    # PFO (Moalla et al. 2024): the weight of the encoder's feature drift within an update, 0: none
-    # (distrl/learning/losses/penalties.py, FeatureDrift)
+    # PFO (Moalla et al. 2024): the weight of the encoder's feature drift, 0: none; from the features of
+    # the update's start or of the behaviour policy's (penalties.py, FeatureDrift)
     pfo_coef: float = MISSING
+    pfo_anchor: str = MISSING
     # the weight of the mean KL(pi || mu) to the behaviour policy, 0: none (penalties.py, KLPenalty)
     kl_cost: float = MISSING
 

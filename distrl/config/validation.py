@@ -27,7 +27,15 @@ from distrl.config.checks import (
 )
 from distrl.config.host import max_indices
 from distrl.config.placement import Placement, plan
-from distrl.config.schema import AGENT_SCHEMAS, CLIP_RANGES, ESTIMATORS, MINIBATCHES, TrainConfig, check_keys
+from distrl.config.schema import (
+    AGENT_SCHEMAS,
+    CLIP_RANGES,
+    ESTIMATORS,
+    MINIBATCHES,
+    PFO_ANCHORS,
+    TrainConfig,
+    check_keys,
+)
 from distrl.envs import EnvSpec
 
 OPTIMIZERS = ("rmsprop", "adam")
@@ -250,9 +258,11 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
           "first optimizer step)")
     for key in ("pfo_coef", "kl_cost"):
         check(agent[key] >= 0 and math.isfinite(agent[key]), f"agent.{key}", agent[key], "a number >= 0")
-    check(agent.pfo_coef == 0 or agent.num_epochs * agent.num_minibatches > 1, "agent.pfo_coef", agent.pfo_coef,
-           "0 with one optimizer step a batch (agent.num_epochs x agent.num_minibatches = 1): the features "
-           "cannot drift from the update's start before its only step")
+    check(agent.pfo_anchor in PFO_ANCHORS, "agent.pfo_anchor", agent.pfo_anchor, " or ".join(PFO_ANCHORS))
+    check(agent.pfo_coef == 0 or agent.pfo_anchor == "behaviour" or agent.num_epochs * agent.num_minibatches > 1,
+          "agent.pfo_coef", agent.pfo_coef, "0 with one optimizer step a batch (agent.num_epochs x "
+          "agent.num_minibatches = 1) and agent.pfo_anchor=update: the features cannot drift from the update's "
+          "start before its only step")
 
 
 def _validate_model(cfg: DictConfig) -> None:

@@ -170,6 +170,7 @@ class ActorCritic(nn.Module):
     def act(
         self, obs: torch.Tensor, first: torch.Tensor, core_state: CoreState = (), deterministic: bool = False,
         last_action: torch.Tensor | None = None, last_reward: torch.Tensor | None = None,
+        with_preactivations: bool = False,
     ) -> tuple[dict[str, torch.Tensor], CoreState]:
         """One step for ``B`` environments: ``obs [B, *obs_shape]``, ``first [B] bool`` and, with
         ``model.last_action_reward``, ``last_action [B, *action_shape]`` and ``last_reward [B] float32``.
@@ -177,13 +178,20 @@ class ActorCritic(nn.Module):
         Returns:
             ``{"action": [B, *action_shape], "policy_params": [B, P], "baseline": [B]}`` (the extrinsic
             value) and the new core state. Actions are sampled from the policy's distribution, or its
-            mode if ``deterministic`` (:mod:`distrl.nn.distributions`).
+            mode if ``deterministic`` (:mod:`distrl.nn.distributions`). With ``with_preactivations``
+            also ``"behaviour_preactivations": [B, feature_dim] float32``, the encoder's last linear
+            layer's output (:meth:`forward`'s, cast to float32): PFO's anchor with
+            ``agent.pfo_anchor=behaviour``.
         """
         extra = [None if x is None else x.unsqueeze(0) for x in (last_action, last_reward)]
-        params, baseline, core_state = self(obs.unsqueeze(0), first.unsqueeze(0), core_state, *extra)
+        params, baseline, core_state, *preactivations = self(obs.unsqueeze(0), first.unsqueeze(0), core_state,
+                                                             *extra, with_preactivations=with_preactivations)
         params, baseline = params[0], baseline[0]
         if baseline.dim() == 2:  # [B, 2] with the intrinsic head
             baseline = baseline[:, 0]
         dist = self.action_space.distribution(params)
         action = dist.mode() if deterministic else dist.sample()
-        return {"action": action, "policy_params": params, "baseline": baseline}, core_state
+        out = {"action": action, "policy_params": params, "baseline": baseline}
+        if preactivations:
+            out["behaviour_preactivations"] = preactivations[0][0].float()
+        return out, core_state

@@ -114,6 +114,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
 
     env_cfg, num_envs, precision = OmegaConf.create(ctx.envs.env_cfg), ctx.envs.num_envs, ctx.collection.precision
     model = ctx.model
+    preactivations = "behaviour_preactivations" in ctx.slot_tensors  # PFO's anchor, stored where the slots hold it
     env = VectorStepper(make_vector_env(env_cfg, num_envs, num_threads=1,
                                         async_step=bool(env_cfg.get("async_step", False))), num_envs)
     writer = SlotWriter(actor_id, ctx, held, lambda: _should_stop(ctx))
@@ -126,13 +127,14 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
         while True:
             ctx.channels.reports.heartbeat[actor_id] = time.time()
             ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
-            out, seen = step_policy(model, obs_t, state, ids_t, precision=precision)
+            out, seen = step_policy(model, obs_t, state, ids_t, precision=precision, preactivations=preactivations)
             if bonus is not None:
                 out["intrinsic_bonus"] = bonus(obs_t, seen.first, ids_t)
             if writer.write_acted(ids, obs_t, out, seen) and writer.update_due():  # act again, updated
                 writer.await_new_weights(ids)
                 state.restore_core(ids_t, seen.core)
-                out = {**out, **step_policy(model, obs_t, state, ids_t, precision=precision)[0]}
+                out = {**out, **step_policy(model, obs_t, state, ids_t, precision=precision,
+                                            preactivations=preactivations)[0]}
                 writer.restage(ids, out)
             env.send(space.to_env(out["action"], clip))  # clipped with env.clip_actions; the sample is stored
 

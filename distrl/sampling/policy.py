@@ -68,7 +68,8 @@ class StepInputs:
 
 @torch.no_grad()
 def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: torch.Tensor | None = None,
-                deterministic: bool = False, precision: str = "fp32") -> tuple[dict[str, torch.Tensor], StepInputs]:
+                deterministic: bool = False, precision: str = "fp32",
+                preactivations: bool = False) -> tuple[dict[str, torch.Tensor], StepInputs]:
     """One policy step for envs ``ids`` (``[k] int64``; None: all of ``state``'s envs).
 
     Args:
@@ -77,6 +78,7 @@ def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: t
         state: the envs' state; their LSTM state advances here.
         deterministic: greedy actions instead of sampling.
         precision: ``fp32`` or ``bf16`` (:func:`autocast`); the outputs are float32 either way.
+        preactivations: also the encoder's pre-activations, ``"behaviour_preactivations": [k, F]``.
 
     Returns:
         ``{"action": [k, *action_shape], "policy_params": [k, P], "baseline": [k]}`` (:meth:`ActorCritic.act`)
@@ -88,7 +90,7 @@ def step_policy(model: ActorCritic, obs: torch.Tensor, state: AgentState, ids: t
                       tuple(c[:, where] for c in state.core))
     with autocast(precision, state.first.device):
         out, core = model.act(obs.to(state.first.device), seen.first, seen.core, deterministic,
-                              seen.last_action, seen.last_reward)
+                              seen.last_action, seen.last_reward, preactivations)
     if core:
         state.core = core if ids is None else tuple(c.index_copy(1, ids, n) for c, n in zip(state.core, core,
                                                                                            strict=True))

@@ -146,7 +146,7 @@ class AgentLoss:
         steps = agent.minibatch == "steps"
         self.minibatch_targets = self.step_targets if steps else self.unroll_targets
         rows = slice(None) if steps else STEPS  # a minibatch of steps has no bootstrap row
-        wanted = ((FeatureDrift(float(agent.pfo_coef), rows), agent.pfo_coef > 0),
+        wanted = ((FeatureDrift(float(agent.pfo_coef), rows, agent.get("pfo_anchor", "update")), agent.pfo_coef > 0),
                   (KLPenalty(float(agent.kl_cost), rows, self.action_space), agent.kl_cost > 0))
         self.penalties = [penalty for penalty, on in wanted if on]
         self.reads_preactivations = any(penalty.reads_preactivations for penalty in self.penalties)

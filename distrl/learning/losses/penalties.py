@@ -19,24 +19,34 @@ import torch
 
 from distrl.nn.distributions import ActionSpace
 
-# with agent.pfo_coef > 0, the key the learner adds to a batch (declared in distrl.rollout.KEYS): the
-# encoder's pre-activations at the start of the batch's update, [T+1, B, feature_dim] float32
+# PFO's anchors, [T+1, B, feature_dim] float32 each (declared in distrl.rollout.KEYS): with
+# agent.pfo_anchor=update the learner adds the encoder's pre-activations at the start of the batch's
+# update; with behaviour the actors stored the behaviour policy's
 OLD_PREACTIVATIONS = "preactivations_old"
+BEHAVIOUR_PREACTIVATIONS = "behaviour_preactivations"
 
 
 class FeatureDrift:
     """PFO's auxiliary loss (Proximal Feature Optimization: Moalla et al. 2024, "No Representation, No
     Trust: Connecting Representation, Collapse, and Trust Issues in PPO"): ``mean over steps and
     features of (phi(x_t) - phi_old(x_t))^2``, ``phi`` the encoder's output features before their
-    activation (the network's pre-activations, with gradient) and ``phi_old`` those of the network at
-    the start of the batch's update (``batch[OLD_PREACTIVATIONS]``): a trust region on the features,
-    as PPO's clip is one on the policy. A scalar tensor, in float32."""
+    activation (the network's pre-activations, with gradient) and ``phi_old`` the anchor: a trust
+    region on the features, as PPO's clip is one on the policy. A scalar tensor, in float32.
+
+    ``anchor`` (``agent.pfo_anchor``): ``update``, the paper's, the network's at the start of the
+    batch's update (``batch[OLD_PREACTIVATIONS]``, one forward pass of the batch before the first
+    step: :meth:`before_first_step`); ``behaviour``, the behaviour policy's, which the actors stored
+    as they acted (``batch[BEHAVIOUR_PREACTIVATIONS]``: no pass; the actor copy's arithmetic, bf16
+    with ``precision=bf16``, and weights up to the policy lag older)."""
 
     name = "feature_drift"
     reads_preactivations = True
 
-    def __init__(self, coef: float, rows: slice):
+    def __init__(self, coef: float, rows: slice, anchor: str = "update"):
         self.coef, self.rows = coef, rows
+        self.anchor_key = OLD_PREACTIVATIONS if anchor == "update" else BEHAVIOUR_PREACTIVATIONS
+        if anchor != "update":
+            self.before_first_step = None  # the actors stored the anchor: nothing to compute
 
     def before_first_step(self, outputs) -> dict[str, torch.Tensor]:
         """The anchor: the pre-activations of the update's starting network (its ``outputs`` on the
@@ -46,7 +56,7 @@ class FeatureDrift:
     def __call__(self, minibatch: dict[str, torch.Tensor], params: torch.Tensor,
                  preactivations: torch.Tensor) -> torch.Tensor:
         rows = self.rows
-        return (preactivations[rows].float() - minibatch[OLD_PREACTIVATIONS][rows]).pow(2).mean()
+        return (preactivations[rows].float() - minibatch[self.anchor_key][rows]).pow(2).mean()
 
 
 class KLPenalty:
