@@ -116,25 +116,30 @@ def _rank_process(proc: DistrlProcess, rank: int):
 @pytest.mark.long
 def test_a_lost_rank_stops_the_others_and_a_restart_resumes(tmp_path):
     # without restarts: the other rank is stopped, saves, and the command names the rank
-    run_dir = tmp_path / "run"
-    proc = DistrlProcess(["train", *CARTPOLE, "train.num_train_steps=10000000", "train.save_interval=100000000",
-                          "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"])
-    assert proc.wait_for(lambda: (run_dir / "metrics.jsonl").exists()
-                         and "losses/total" in (run_dir / "metrics.jsonl").read_text(), timeout=120)
-    victim = _rank_process(proc, 1)
-    assert victim is not None
-    victim.send_signal(signal.SIGKILL)
-    killed_at = time.monotonic()
-    done = proc.finish(timeout=90)
-    assert time.monotonic() - killed_at < 60
-    assert done.returncode == 1
-    assert "rank 1 failed" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
-    assert "a collective failed (another rank died or stopped)" in done.stderr
-    assert f"a checkpoint was saved in {run_dir}/checkpoints" in done.stderr
-    assert "training stopped after a lost rank at" in (run_dir / "train.log").read_text()
-    state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")  # rank 0's weights, intact
-    assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 > 0
-    assert done.alive_children() == []
+    # The launcher terminates the survivor soon after: that SIGTERM may come before or after the
+    # survivor's own collective fails; "terminated" sends it first.
+    for survivor in ("left", "terminated"):
+        run_dir = tmp_path / survivor
+        proc = DistrlProcess(["train", *CARTPOLE, "train.num_train_steps=10000000", "train.save_interval=100000000",
+                              "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"])
+        assert proc.wait_for(lambda: (run_dir / "metrics.jsonl").exists()  # noqa: B023
+                             and "losses/total" in (run_dir / "metrics.jsonl").read_text(), timeout=120)  # noqa: B023
+        victim, other = _rank_process(proc, 1), _rank_process(proc, 0)
+        assert victim is not None and other is not None
+        if survivor == "terminated":
+            other.send_signal(signal.SIGTERM)
+        victim.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        done = proc.finish(timeout=90)
+        assert time.monotonic() - killed_at < 60
+        assert done.returncode == 1, done.stderr[-3000:]
+        assert "rank 1 failed" in done.stderr.strip().splitlines()[-1], done.stderr[-3000:]
+        assert "a collective failed (another rank died or stopped)" in done.stderr, done.stderr[-3000:]
+        assert f"a checkpoint was saved in {run_dir}/checkpoints" in done.stderr
+        assert "training stopped after a lost rank at" in (run_dir / "train.log").read_text()
+        state = load_checkpoint(run_dir / "checkpoints" / "latest.pt")  # rank 0's weights, intact
+        assert state["agent_steps"] == state["updates"] * 20 * 4 * 2 > 0
+        assert done.alive_children() == []
 
     # with distributed.max_restarts=1: the group starts again and continues from latest.pt
     run_dir = tmp_path / "restart"

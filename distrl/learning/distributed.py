@@ -105,8 +105,13 @@ class Ranks:
         try:
             work.wait()
         except RuntimeError as exc:
-            raise CollectiveFailed(f"rank {self.rank}: a collective failed (another rank died or stopped): "
-                                   f"{str(exc).splitlines()[0]}") from exc
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: RuntimeError) -> CollectiveFailed:
+        """The error of a collective that failed, whether at its call (the peer's connection already
+        closed) or while it ran: in both a rank died or stopped."""
+        return CollectiveFailed(f"rank {self.rank}: a collective failed (another rank died or stopped): "
+                                f"{str(exc).splitlines()[0]}")
 
     def average_gradients(self, parameters, stop=None) -> None:
         """All-reduce (mean) the gradients of ``parameters`` in place: one flattened tensor, one collective."""
@@ -117,7 +122,7 @@ class Ranks:
         try:
             work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True)
         except RuntimeError as exc:
-            raise CollectiveFailed(f"rank {self.rank}: a collective failed: {str(exc).splitlines()[0]}") from exc
+            raise self._failed(exc) from exc
         self._wait(work, stop)
         flat /= self.world_size
         offset = 0
@@ -134,7 +139,7 @@ class Ranks:
         try:
             work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, async_op=True)
         except RuntimeError as exc:
-            raise CollectiveFailed(f"rank {self.rank}: a collective failed: {str(exc).splitlines()[0]}") from exc
+            raise self._failed(exc) from exc
         self._wait(work, stop)
 
     def check_identical(self, parameters, stop=None) -> None:

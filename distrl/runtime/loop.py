@@ -199,7 +199,12 @@ class TrainingLoop:
     # ----------------------------------------------------------------- shutdown
     def _shutdown(self, outcome: str) -> None:
         """Stop the workers and the evaluation, then save (and, after a finished run, evaluate the
-        final weights and save again); a second Ctrl-C or SIGTERM meanwhile is logged, nothing else."""
+        final weights and save again); a second Ctrl-C or SIGTERM meanwhile is logged, nothing else.
+
+        Raises:
+            RankLost: interrupted (e.g. by the launcher, after another rank died), the learners'
+                collective with the other ranks failed while they stopped; saved as after any lost rank.
+        """
         SHUTTING_DOWN.set()
         failure = None
         with handling_signals((signal.SIGINT, signal.SIGTERM), _already_stopping):
@@ -213,6 +218,11 @@ class TrainingLoop:
                     self.ranks.stop_requested.set()
                 finish = self.ranks.timeout
             free = self.workers.stop(learners_finish=finish)
+            # A rank that died makes the launcher terminate the others, which may come before this
+            # rank's own failed collective is seen: either way it is a lost rank.
+            lost = self.workers.lost_rank() if self.ranks.enabled and outcome == "interrupted" else None
+            if lost is not None:
+                outcome = "stopped after a lost rank"
             if free != list(range(self.placement.num_slots)):  # each slot index exactly once: none lost, none twice
                 log.warning("rollout slots at shutdown: %d of %d indices returned (%d distinct): a slot was lost "
                             "or handed out twice", len(free), self.placement.num_slots, len(set(free)))
@@ -234,6 +244,8 @@ class TrainingLoop:
             position = self.learner.position
             log.info("training %s at %d agent steps (%d frames), %d updates", outcome, position.agent_steps,
                      position.frames, position.updates)
+        if lost is not None:
+            raise RankLost(str(lost)) from lost
         if failure is not None and outcome == "done":
             raise TrainingError(f"the final checkpoint could not be written in {self.run_dir / 'checkpoints'}: "
                                 f"{failure}")

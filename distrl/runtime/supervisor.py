@@ -152,6 +152,12 @@ class Workers:
                 raise RankLost(str(exc)) from exc
             raise LearnerFailure(f"learner raised {type(exc).__name__}: {exc}") from exc
 
+    def lost_rank(self) -> CollectiveFailed | None:
+        """The learners' failed collective with the other ranks, if that is what stopped them."""
+        if self.learner_errors and isinstance(self.learner_errors[0], CollectiveFailed):
+            return self.learner_errors[0]
+        return None
+
     def _restart(self, actor_id: int, cause: str) -> None:
         freed = self.slots.release_owned(actor_id)
         now = time.monotonic()
