@@ -101,6 +101,10 @@ class BatchKey:
         return 0 if self.rows is Rows.UNROLL and not self.shape else 1
 
 
+# PFO's anchor as the actors store it (agent.pfo_anchor=behaviour): the one key an actor, the network's
+# acting step and the penalty that reads it name
+BEHAVIOUR_PREACTIVATIONS = "behaviour_preactivations"
+
 _F32, _BOOL, _I64 = torch.float32, torch.bool, torch.int64
 _T1, _T, _UNROLL = Rows.T_PLUS_1, Rows.T, Rows.UNROLL
 _ACTING, _STEPPING, _SLOT, _LEARNER = Writer.ACTING, Writer.STEPPING, Writer.SLOT, Writer.LEARNER
@@ -115,7 +119,7 @@ KEYS: dict[str, BatchKey] = {key.name: key for key in (
     BatchKey("policy_params", _T1, _ACTING, ("params",), _F32,
              doc="the behaviour distribution's parameters at x_t (distrl.nn.distributions; step_policy)"),
     BatchKey("baseline", _T1, _ACTING, (), _F32, doc="the behaviour policy's value of x_t (step_policy)"),
-    BatchKey("behaviour_preactivations", _T1, _ACTING, ("features",), _F32, "behaviour_features",
+    BatchKey(BEHAVIOUR_PREACTIVATIONS, _T1, _ACTING, ("features",), _F32, "behaviour_features",
              doc="the behaviour policy's encoder pre-activations at x_t, PFO's anchor with agent.pfo_anchor=behaviour "
                  "(ActorCritic.act; distrl.learning.losses.penalties.FeatureDrift)"),
     BatchKey("intrinsic_bonus", _T1, _ACTING, (), _F32, "actor_bonus",

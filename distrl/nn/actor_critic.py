@@ -22,6 +22,7 @@ from torch import nn
 from distrl.nn.distributions import ActionSpace
 from distrl.nn.encoders import init_weights, make_encoder
 from distrl.nn.normalization import RunningMeanStd, value_statistics
+from distrl.rollout import BEHAVIOUR_PREACTIVATIONS
 
 CoreState = tuple[torch.Tensor, ...]
 
@@ -193,5 +194,5 @@ class ActorCritic(nn.Module):
         action = dist.mode() if deterministic else dist.sample()
         out = {"action": action, "policy_params": params, "baseline": baseline}
         if preactivations:
-            out["behaviour_preactivations"] = preactivations[0][0].float()
+            out[BEHAVIOUR_PREACTIVATIONS] = preactivations[0][0].float()
         return out, core_state

@@ -22,6 +22,7 @@ import torch
 
 from distrl.envs import clips_actions, env_seed, make_vector_env
 from distrl.intrinsic import ActorBonus
+from distrl.rollout import BEHAVIOUR_PREACTIVATIONS
 from distrl.sampling.context import ActorContext, ActorEnvs, ActorProcess, Collection
 from distrl.sampling.logs import log_to_queue
 from distrl.sampling.policy import AgentState, final_values, step_policy
@@ -114,7 +115,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
 
     env_cfg, num_envs, precision = OmegaConf.create(ctx.envs.env_cfg), ctx.envs.num_envs, ctx.collection.precision
     model = ctx.model
-    preactivations = "behaviour_preactivations" in ctx.slot_tensors  # PFO's anchor, stored where the slots hold it
+    preactivations = BEHAVIOUR_PREACTIVATIONS in ctx.slot_tensors  # PFO's anchor, stored where the slots hold it
     env = VectorStepper(make_vector_env(env_cfg, num_envs, num_threads=1,
                                         async_step=bool(env_cfg.get("async_step", False))), num_envs)
     writer = SlotWriter(actor_id, ctx, held, lambda: _should_stop(ctx))

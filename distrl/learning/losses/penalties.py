@@ -18,12 +18,12 @@ from __future__ import annotations
 import torch
 
 from distrl.nn.distributions import ActionSpace
+from distrl.rollout import BEHAVIOUR_PREACTIVATIONS
 
-# PFO's anchors, [T+1, B, feature_dim] float32 each (declared in distrl.rollout.KEYS): with
-# agent.pfo_anchor=update the learner adds the encoder's pre-activations at the start of the batch's
-# update; with behaviour the actors stored the behaviour policy's
+# PFO's anchor with agent.pfo_anchor=update, [T+1, B, feature_dim] float32 (declared in
+# distrl.rollout.KEYS): the encoder's pre-activations at the start of the batch's update, which the
+# learner adds; with behaviour the actors stored the behaviour policy's (BEHAVIOUR_PREACTIVATIONS)
 OLD_PREACTIVATIONS = "preactivations_old"
-BEHAVIOUR_PREACTIVATIONS = "behaviour_preactivations"
 
 
 class FeatureDrift:
@@ -35,9 +35,10 @@ class FeatureDrift:
 
     ``anchor`` (``agent.pfo_anchor``): ``update``, the paper's, the network's at the start of the
     batch's update (``batch[OLD_PREACTIVATIONS]``, one forward pass of the batch before the first
-    step: :meth:`before_first_step`); ``behaviour``, the behaviour policy's, which the actors stored
-    as they acted (``batch[BEHAVIOUR_PREACTIVATIONS]``: no pass; the actor copy's arithmetic, bf16
-    with ``precision=bf16``, and weights up to the policy lag older)."""
+    step: :meth:`update_anchor` is its ``before_first_step``); ``behaviour``, the behaviour policy's,
+    which the actors stored as they acted (``batch[BEHAVIOUR_PREACTIVATIONS]``: no pass, nothing
+    before the first step; the actor copy's arithmetic, bf16 with ``precision=bf16``, and weights up
+    to the policy lag older)."""
 
     name = "feature_drift"
     reads_preactivations = True
@@ -45,10 +46,10 @@ class FeatureDrift:
     def __init__(self, coef: float, rows: slice, anchor: str = "update"):
         self.coef, self.rows = coef, rows
         self.anchor_key = OLD_PREACTIVATIONS if anchor == "update" else BEHAVIOUR_PREACTIVATIONS
-        if anchor != "update":
-            self.before_first_step = None  # the actors stored the anchor: nothing to compute
+        # with the behaviour anchor the actors stored it: nothing to compute before the first step
+        self.before_first_step = self.update_anchor if anchor == "update" else None
 
-    def before_first_step(self, outputs) -> dict[str, torch.Tensor]:
+    def update_anchor(self, outputs) -> dict[str, torch.Tensor]:
         """The anchor: the pre-activations of the update's starting network (its ``outputs`` on the
         whole ``[T+1, B]`` batch, without gradient), as ``{OLD_PREACTIVATIONS: [T+1, B, F] float32}``."""
         return {OLD_PREACTIVATIONS: outputs.preactivations.float()}
