@@ -266,3 +266,24 @@ def test_pfo_is_refused_where_it_cannot_act():
                                    "agent.pfo_anchor=behaviour"]))
     with pytest.raises(ConfigError, match="agent.pfo_anchor='start' is not allowed: update or behaviour"):
         validate_config(compose_train(["experiment=cartpole", "agent.pfo_anchor=start"]))
+
+
+def test_the_reward_scale_multiplies_the_extrinsic_rewards_before_the_clip():
+    """agent.reward_scale=100 (RLeXplore's MiniGrid): the loss of the env's rewards x 100, then clipped."""
+    from distrl.config.schema import ConfigError
+    from distrl.config.validation import validate_config
+
+    losses = []
+    for scale, factor, clip in ((100.0, 1.0, "null"), (1.0, 100.0, "null"), (100.0, 1.0, 2.0), (1.0, 1.0, 2.0)):
+        learner, policy = _appo([f"agent.reward_scale={scale}", f"agent.reward_clip={clip}"])
+        batch = on_policy_batch(policy)
+        batch["reward"] = batch["reward"] * factor
+        losses.append(learner.update(batch))
+    assert losses[0]["value"] == pytest.approx(losses[1]["value"], rel=1e-6)
+    assert losses[0]["value"] > 100 * losses[3]["value"]  # the scaled rewards reach the critic's targets
+    assert losses[2]["value"] != pytest.approx(losses[3]["value"], rel=1e-3)  # scaled, then clipped at 2
+    with pytest.raises(ConfigError, match=r"agent.reward_scale=0.0 is not allowed: a number > 0"):
+        validate_config(compose_train(["experiment=cartpole", "agent.reward_scale=0"]))
+    with pytest.raises(ConfigError, match=r"agent.reward_scale=100.0 is not allowed: 1 with agent.normalize_rewards"):
+        validate_config(compose_train(["experiment=cartpole", "agent.reward_scale=100",
+                                       "agent.normalize_rewards=true"]))

@@ -85,6 +85,7 @@ class AgentConfig:
     entropy_schedule: Any = MISSING
     baseline_cost: float = MISSING
     discount: float = MISSING
+    reward_scale: float = MISSING  # the extrinsic rewards times x in the loss, before the clip; 1: as the env pays
     reward_clip: float | None = MISSING  # rewards clipped to [-x, x] in the loss; null: no clipping
     estimator: str = MISSING  # the return estimator: vtrace | gae (distrl/learning/losses/returns.py)
     rho_bar: float = MISSING

@@ -251,6 +251,11 @@ def _validate_agent(agent: DictConfig, batch_size: int, num_steps: int, use_lstm
     check(0 <= agent.alpha < 1, "agent.alpha", agent.alpha, "a number in [0, 1)")
     check(agent.reward_clip is None or agent.reward_clip > 0, "agent.reward_clip",
            agent.reward_clip, "null or a number > 0")
+    check(agent.reward_scale > 0 and math.isfinite(agent.reward_scale), "agent.reward_scale", agent.reward_scale,
+          "a number > 0")
+    check(agent.reward_scale == 1 or not agent.normalize_rewards, "agent.reward_scale", agent.reward_scale,
+          "1 with agent.normalize_rewards=true (the rewards are divided by their own return's std: a scale "
+          "would cancel)")
     for key in ("normalize_rewards", "normalize_values", "shuffle_minibatches"):
         check(isinstance(agent[key], bool), f"agent.{key}", agent[key], "true or false")
     check(not agent.normalize_values or agent.minibatch == "steps", "agent.normalize_values", agent.normalize_values,

@@ -107,7 +107,7 @@ class AgentLoss:
 
     Args:
         objective: what is minimised (:class:`Objective`).
-        agent: the ``agent`` config node (``discount``, ``reward_clip``, ``estimator``, ``rho_bar``,
+        agent: the ``agent`` config node (``discount``, ``reward_scale``, ``reward_clip``, ``estimator``, ``rho_bar``,
             ``c_bar``, ``trace_lambda``, ``normalize_advantages``, ``minibatch``, ``pfo_coef``, ``kl_cost``).
         action_space: the actions' space, whose distribution scores them
             (:class:`distrl.nn.distributions.ActionSpace`; an int ``A`` means ``Discrete(A)``).
@@ -216,9 +216,11 @@ class AgentLoss:
         return streams
 
     def extrinsic_rewards(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """``[T, B]``: the extrinsic rewards the loss sees, the batch's clipped to ``agent.reward_clip``
-        (0 when pretraining)."""
+        """``[T, B]``: the extrinsic rewards the loss sees, the batch's times ``agent.reward_scale``, then
+        clipped to ``agent.reward_clip`` (0 when pretraining)."""
         rewards = batch["reward"][STEPS]
+        if self.agent.reward_scale != 1:
+            rewards = rewards * self.agent.reward_scale
         if self.agent.reward_clip is not None:
             rewards = rewards.clamp(-self.agent.reward_clip, self.agent.reward_clip)
         return torch.zeros_like(rewards) if self.pretraining else rewards
