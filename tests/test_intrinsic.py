@@ -302,6 +302,25 @@ def test_e3b_trains_its_embedding_by_inverse_dynamics_and_publishes_it_to_the_ac
     assert "actor_bonus" not in str(module.state_dict().keys())
 
 
+def test_e3b_with_a_minibatch_size_takes_one_pass_of_steps_over_each_batch():
+    """``intrinsic.minibatch_size`` (RLeXplore's 256): one Adam step per that many of the batch's steps
+    that did not end an episode, in a random order, and the embedding learns as with one step a batch."""
+    torch.manual_seed(0)
+    module = make_intrinsic((40,), intrinsic_cfg("e3b", lr=1e-3, minibatch_size=8), num_envs=B, num_actions=A)
+    losses = []
+    for _ in range(25):
+        action = torch.randint(0, A, (T + 1, B))
+        obs = torch.zeros(T + 1, B, 40)
+        obs[1:] = torch.eye(40)[action[:-1] + 10]
+        obs[0] = torch.eye(40)[0]
+        losses.append(module.update(batch_of(obs, ended_at=(2, 1), action=action)))
+    steps = {int(state["step"]) for state in module.optimizer.state.values()}
+    assert steps == {25 * 4}  # 31 steps of T x B = 32 did not end an episode: 4 minibatches of up to 8
+    assert losses[-1] < 0.2 * losses[0]
+    for actor_p, learner_p in zip(module.actor_bonus.encoder.parameters(), module.encoder.parameters(), strict=True):
+        assert torch.equal(actor_p, learner_p)
+
+
 def _learner(overrides: list[str]):
     cfg = compose_train(["experiment=cartpole", *overrides])
     torch.manual_seed(0)
@@ -422,6 +441,7 @@ def test_pretraining_leaves_the_extrinsic_reward_out():
     (["intrinsic=rnd", "intrinsic.embed_dim=0"], "intrinsic.embed_dim"),
     (["intrinsic=rnd", "intrinsic.lr=0"], "intrinsic.lr"),
     (["intrinsic=e3b", "intrinsic.ridge=0"], "intrinsic.ridge"),
+    (["intrinsic=e3b", "intrinsic.minibatch_size=0"], "intrinsic.minibatch_size"),
     (["intrinsic=e3b", "intrinsic.normalize=returns_std"], "intrinsic.normalize"),
     (["intrinsic=e3b", "intrinsic.clip=0"], "intrinsic.clip"),
     (["intrinsic=e3b", "intrinsic.obs_norm=true"], "intrinsic.obs_norm"),

@@ -90,6 +90,9 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
         positive_int(cfg, f"intrinsic.{key}")
     check(intrinsic.lr > 0 and math.isfinite(intrinsic.lr), "intrinsic.lr", intrinsic.lr, "a number > 0")
     check(intrinsic.ridge > 0 and math.isfinite(intrinsic.ridge), "intrinsic.ridge", intrinsic.ridge, "a number > 0")
+    check(intrinsic.minibatch_size is None or (isinstance(intrinsic.minibatch_size, int)
+                                               and intrinsic.minibatch_size > 0),
+          "intrinsic.minibatch_size", intrinsic.minibatch_size, "null or an integer > 0")
     check(intrinsic.normalize in NORMALIZATIONS, "intrinsic.normalize", intrinsic.normalize,
            " or ".join(NORMALIZATIONS))
     check(intrinsic.clip is None or (intrinsic.clip > 0 and math.isfinite(intrinsic.clip)), "intrinsic.clip",

@@ -34,7 +34,9 @@ RLeXplore's, RLE-Foundation/rllte, ``rllte/xplore/reward/e3b.py`` and
   1,024 features; RLeXplore's image ``ObservationEncoder``: Linear + ReLU, 128), so here too
   (:func:`embedding_net`, ``intrinsic.embed_dim`` features, 128).
 - Its training: one Adam step per batch at lr 1e-4 (E3B's; its gradient norm clipped at 40), here
-  without the clip; RLeXplore takes minibatches of 256 over each batch at lr 1e-3.
+  without the clip; RLeXplore takes one pass over each batch in shuffled minibatches of 256 steps at
+  lr 1e-3 (``intrinsic.minibatch_size=256 intrinsic.lr=0.001``). Both train on every step, the one
+  across an episode's end too (its next row is the next episode's first); distrl leaves those out.
 - The bonus's scale: E3B's code divides by a running std of the bonuses (``reward_norm=int``),
   weighs it 1 and clips the total reward to [-1, 1]. Its running count grows by T per batch where
   its sums grow by T x B bonuses (``update_running_moments``), so its std is ``k`` times the
@@ -136,7 +138,8 @@ class ActorBonus:
 class E3B(IntrinsicReward):
     """E3B's learner side: the rewards are the bonuses the actors stored; :meth:`update` trains the
     embedding by inverse dynamics (Adam at ``intrinsic.lr`` on every step of every batch that did not
-    end an episode) and publishes it to the actors' copy (:attr:`actor_bonus`).
+    end an episode: one step on the whole batch, or with ``intrinsic.minibatch_size`` one pass in
+    shuffled minibatches of that many steps) and publishes it to the actors' copy (:attr:`actor_bonus`).
 
     Args:
         num_actions: the env's discrete actions (the inverse dynamics' outputs); the others as
@@ -165,21 +168,42 @@ class E3B(IntrinsicReward):
         return batch["intrinsic_bonus"][1:]
 
     def update(self, batch: dict[str, torch.Tensor]) -> float:
-        """One Adam step of the embedding and the inverse dynamics on a ``[T+1, B]`` batch (``obs``,
-        ``action [T+1, B] int64``, the episode ends), then :meth:`publish`. Returns the inverse
-        dynamics' cross-entropy (nats, mean over the steps that did not end an episode; 0 if all did)."""
+        """Adam steps of the embedding and the inverse dynamics on a ``[T+1, B]`` batch (``obs``,
+        ``action [T+1, B] int64``, the episode ends), then :meth:`publish`: one step on the whole batch
+        or, with ``intrinsic.minibatch_size`` n, one pass over its steps in a random order, a step per
+        n. Returns the inverse dynamics' cross-entropy (nats, mean over the steps that did not end an
+        episode, averaged over the minibatches; 0 if all did)."""
         obs = batch["obs"]
         steps, envs = obs.shape[0] - 1, obs.shape[1]
+        within = ~(batch["terminated"][STEPS] | batch["truncated"][STEPS])  # row t+1 is the same episode's
+        size = self.cfg.get("minibatch_size")  # runs from before the key: one step on the batch
+        if size is not None:
+            return self._minibatch_pass(obs[:-1][within], obs[1:][within], batch["action"][STEPS][within], size)
         phi = self.encoder(self.inputs(obs.reshape((steps + 1) * envs, *obs.shape[2:]))).view(steps + 1, envs, -1)
         logits = self.inverse_dynamics(torch.cat([phi[:-1], phi[1:]], dim=-1))  # [T, B, A]
-        within = ~(batch["terminated"][STEPS] | batch["truncated"][STEPS])  # row t+1 is the same episode's
         loss = F.cross_entropy(logits[within], batch["action"][STEPS][within]) if bool(within.any()) \
             else logits.sum() * 0.0
+        self._step(loss)
+        self.publish()
+        return loss.item()
+
+    def _minibatch_pass(self, obs: torch.Tensor, next_obs: torch.Tensor, action: torch.Tensor, size: int) -> float:
+        """One pass over ``n`` transitions (``obs``, ``next_obs [n, *obs_shape]``, ``action [n]``) in a
+        random order, one Adam step per ``size`` of them (RLeXplore's E3B.update); then :meth:`publish`."""
+        losses = []
+        for part in torch.randperm(obs.shape[0]).split(size):
+            phi = self.encoder(self.inputs(torch.cat([obs[part], next_obs[part]])))
+            logits = self.inverse_dynamics(torch.cat(phi.chunk(2), dim=-1))  # [size, A]
+            loss = F.cross_entropy(logits, action[part])
+            self._step(loss)
+            losses.append(loss.item())
+        self.publish()
+        return sum(losses) / len(losses) if losses else 0.0
+
+    def _step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        self.publish()
-        return loss.item()
 
     @torch.no_grad()
     def publish(self) -> None:
