@@ -178,7 +178,8 @@ def test_the_api_raises_the_commands_line(failed, hydra_flags):
 def test_help_lists_only_what_a_user_may_choose(capsys):
     assert cli.main(["train", "experiment=cartpole", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "experiment:  cartpole, image_cue, image_cue_memory, minigrid, mujoco, mujoco_1m, sparse_chain" in out
+    assert ("experiment:  cartpole, image_cue, image_cue_memory, minigrid, minigrid_rlexplore, mujoco, mujoco_1m, "
+            "sparse_chain") in out
     assert "env:         atari, gym, image_cue, image_cue_memory, minigrid, mujoco, sparse_chain" in out
     assert "intrinsic:   e3b, none, re3, rnd" in out
     assert "_schema" not in out

@@ -81,8 +81,8 @@ def test_pfo_is_the_atari_default_and_the_presets_measured_without_it_keep_it_of
     steps), and IMPALA's one optimizer step a batch cannot take it."""
     assert compose_train([]).agent.pfo_coef == 1.0
     assert compose_train(["env.id=ALE/Qbert-v5"]).agent.pfo_coef == 1.0
-    for preset in ("experiment=minigrid", "experiment=mujoco", "experiment=mujoco_1m", "experiment=image_cue",
-                   "agent=impala"):
+    for preset in ("experiment=minigrid", "experiment=minigrid_rlexplore", "experiment=mujoco", "experiment=mujoco_1m",
+                   "experiment=image_cue", "agent=impala"):
         assert compose_train([preset]).agent.pfo_coef == 0.0, preset
 
 
@@ -113,6 +113,35 @@ def test_the_mujoco_preset_is_the_one_its_records_measured():
     got = {key: OmegaConf.select(cfg, key) for key in MUJOCO_PRESET}
     got["agent.ratio_clamp"] = list(got["agent.ratio_clamp"])
     assert got == MUJOCO_PRESET
+
+
+# experiment=minigrid_rlexplore: RLeXplore's MiniGrid setup, each value as the `reward` branch of
+# RLE-Foundation/rllte at e26d1b2 has it (src/utils.py, rllte/env/minigrid/__init__.py; issue 95)
+RLEXPLORE_PRESET = {
+    "env.id": "MiniGrid-DoorKey-16x16-v0", "model.encoder": "minigrid_cnn", "model.feature_dim": 512,
+    "precision": "fp32", "num_steps": 32, "batch_size": 256, "train.sync": True, "train.num_train_steps": 10_000_000,
+    "agent.name": "appo", "agent.lr": 2.5e-4, "agent.eps": 1e-5, "agent.entropy_cost": 0.01, "agent.baseline_cost": 0.5,
+    "agent.discount": 0.99, "agent.reward_scale": 100.0, "agent.reward_clip": None, "agent.estimator": "gae",
+    "agent.trace_lambda": 0.95, "agent.normalize_advantages": True, "agent.num_epochs": 4, "agent.num_minibatches": 8,
+    "agent.minibatch": "steps", "agent.max_grad_norm": 0.5, "agent.clip": 0.1, "agent.clip_range": "symmetric",
+    "agent.value_clip": 0.1, "agent.pfo_coef": 0.0, "agent.kl_cost": 0.0, "agent.normalize_rewards": False,
+    "agent.normalize_values": False, "intrinsic.name": "e3b", "intrinsic.coef": 0.25,
+    "intrinsic.coef_schedule": "constant",
+    "intrinsic.embed_dim": 512, "intrinsic.lr": 1e-3, "intrinsic.minibatch_size": 256, "intrinsic.ridge": 0.1,
+    "intrinsic.k": 5, "intrinsic.memory": 1000, "intrinsic.episodic": True, "intrinsic.normalize": "rewards",
+    "intrinsic.clip": None, "intrinsic.unit_embedding": False,
+}
+
+
+def test_the_rlexplore_preset_is_its_reference_setup_for_each_intrinsic_reward():
+    from omegaconf import OmegaConf
+
+    cfg = compose_train(["experiment=minigrid_rlexplore"])
+    assert {key: OmegaConf.select(cfg, key) for key in RLEXPLORE_PRESET} == RLEXPLORE_PRESET
+    assert cfg.num_actors * cfg.envs_per_actor == cfg.batch_size  # every env's rollout in each batch
+    assert cfg.batch_size * cfg.num_steps // cfg.agent.num_minibatches == 1024  # its --batch_size
+    for intrinsic in ("e3b", "re3", "none"):
+        validate(compose_train(["experiment=minigrid_rlexplore", f"intrinsic={intrinsic}"]))
 
 
 def test_each_agent_brings_its_own_unroll_and_batch_and_the_command_line_still_wins():
