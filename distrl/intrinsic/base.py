@@ -13,6 +13,7 @@ from torch import nn
 
 from distrl.nn.normalization import RunningMeanStd
 from distrl.rollout import STEPS
+from distrl.utils.checkpoint import load_optimizer_state
 from distrl.utils.discounted import reverse_discounted_sum
 
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
@@ -154,4 +155,4 @@ class IntrinsicReward(nn.Module):
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         self.load_state_dict(state["module"])
         if self.optimizer is not None and state.get("optimizer") is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            load_optimizer_state(self.optimizer, state["optimizer"])

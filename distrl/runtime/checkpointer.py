@@ -74,7 +74,7 @@ class Checkpointer:
             raise checkpoint.CheckpointError(f"cannot resume from {path}: {mismatch}")
         self.networks.learner.load_state_dict(saved["model"])
         self.networks.publish()
-        self.optimizer.load_state_dict(saved["optimizer"])
+        checkpoint.load_optimizer_state(self.optimizer, saved["optimizer"])
         if self.intrinsic is not None:
             self.intrinsic.load_checkpoint_state(saved["intrinsic"])
         self.learner.resume_at(updates_at(saved["agent_steps"]))
