@@ -351,7 +351,7 @@ def test_a_resumed_optimizer_keeps_its_multi_tensor_step_whatever_the_checkpoint
     not bring back. The saved moments do come back."""
     from distrl.learning.learner import make_optimizer
     from distrl.nn.actor_learner import ActorLearner
-    from distrl.utils.checkpoint import load_optimizer_state
+    from distrl.utils.optim import load_optimizer_state
 
     for agent in ("appo", "impala"):
         cfg = compose_train(["experiment=cartpole", f"agent={agent}"])

@@ -21,8 +21,7 @@ class ConfigError(ValueError):
     """A config value is not allowed; the message names the key and what is allowed."""
 
 
-# Renamed keys (docs/architecture.md, "Words"), the old name refused with the new
-RENAMED = {"num_storages": "num_slots", "agent.normalize_returns": "agent.normalize_rewards"}
+RENAMED = {"num_storages": "num_slots", "agent.normalize_returns": "agent.normalize_rewards"}  # docs/architecture.md
 
 
 def renamed_message(key: str) -> str:

@@ -13,8 +13,8 @@ from torch import nn
 
 from distrl.nn.normalization import RunningMeanStd
 from distrl.rollout import STEPS
-from distrl.utils.checkpoint import load_optimizer_state
 from distrl.utils.discounted import reverse_discounted_sum
+from distrl.utils.optim import load_optimizer_state
 
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
 
