@@ -129,7 +129,7 @@ RLEXPLORE_PRESET = {
     "intrinsic.coef_schedule": "constant",
     "intrinsic.embed_dim": 512, "intrinsic.lr": 1e-3, "intrinsic.minibatch_size": 256, "intrinsic.ridge": 0.1,
     "intrinsic.k": 5, "intrinsic.memory": 1000, "intrinsic.episodic": True, "intrinsic.normalize": "rewards",
-    "intrinsic.clip": None, "intrinsic.unit_embedding": False,
+    "intrinsic.clip": None, "intrinsic.unit_embedding": False, "intrinsic.encoder": "model",
 }
 
 

@@ -249,6 +249,28 @@ def test_e3b_embeddings_end_in_a_relu_as_both_references_do(shape):
     module.encoder.load_state_dict(before)
 
 
+def test_e3b_with_the_models_encoder_embeds_as_rlexplores_minigrid_runs():
+    """``intrinsic.encoder=model``: ``phi`` has ``model.encoder``'s layers (minigrid_cnn: three 2x2
+    convolutions, a Linear + ReLU, as RLeXplore's MinigridEncoder) with ``embed_dim`` outputs and
+    weights of its own, on the cell indices unscaled; the actors' copy computes the same bonus."""
+    from distrl.nn.encoders import MiniGridCNN
+
+    cfg = compose_train(["experiment=minigrid", "intrinsic=e3b", "intrinsic.encoder=model", "intrinsic.embed_dim=64"])
+    validate(cfg)
+    torch.manual_seed(0)
+    module = make_intrinsic((3, 7, 7), cfg.intrinsic, num_envs=2, num_actions=A, model=cfg.model)
+    assert isinstance(module.encoder, MiniGridCNN)
+    obs = torch.randint(0, 11, (T + 1, 2, 3, 7, 7), dtype=torch.uint8)
+    phi = module.encoder(module.inputs(obs[0]))
+    torch.testing.assert_close(phi, module.encoder(obs[0].float()))  # the indices as numbers, not / 255
+    assert phi.shape == (2, 64) and (phi >= 0).all() and (phi > 0).any()
+    expected = phi.pow(2).sum(-1) / cfg.intrinsic.ridge  # an episode's first bonus: |phi|^2 / ridge
+    torch.testing.assert_close(actor_bonuses(module, obs, torch.zeros(T + 1, 2, dtype=torch.bool))[0], expected)
+    assert module.update(batch_of(obs, action=torch.randint(0, A, (T + 1, 2)))) > 0
+    with pytest.raises(ConfigError, match=r"intrinsic.encoder='policy' is not allowed: own or model"):
+        validate(compose_train(["experiment=minigrid", "intrinsic=e3b", "intrinsic.encoder=policy"]))
+
+
 @pytest.mark.parametrize("normalize, clip", [("returns", None), ("rewards", None), ("rewards", 1.0)])
 def test_intrinsic_rewards_are_divided_by_the_running_std_chosen_then_clipped(normalize, clip):
     """``intrinsic.normalize``: the std of the discounted returns within each unroll (E3B's episodic

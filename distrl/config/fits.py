@@ -93,6 +93,7 @@ def _validate_intrinsic(cfg: DictConfig, spec: EnvSpec) -> None:
     check(intrinsic.minibatch_size is None or (isinstance(intrinsic.minibatch_size, int)
                                                and intrinsic.minibatch_size > 0),
           "intrinsic.minibatch_size", intrinsic.minibatch_size, "null or an integer > 0")
+    check(intrinsic.encoder in ("own", "model"), "intrinsic.encoder", intrinsic.encoder, "own or model")
     check(intrinsic.normalize in NORMALIZATIONS, "intrinsic.normalize", intrinsic.normalize,
            " or ".join(NORMALIZATIONS))
     check(intrinsic.clip is None or (intrinsic.clip > 0 and math.isfinite(intrinsic.clip)), "intrinsic.clip",

@@ -159,6 +159,7 @@ class IntrinsicConfig:
     ridge: float = MISSING  # the initial diagonal of each episode's covariance (e3b)
     unit_embedding: bool = MISSING  # e3b: the bonus of phi / |phi|, at most 1 / ridge
     minibatch_size: int | None = MISSING  # e3b: null, one step on each batch; n, one pass in shuffled steps of n
+    encoder: str = MISSING  # e3b's embedding: own (distrl/intrinsic/base.py) | model (model.encoder's layers)
     obs_norm: bool = MISSING  # inputs standardised per element by running stats, clipped to [-5, 5] (rnd, re3)
     episodic: bool = MISSING  # true: one value head, an episode's end cuts the intrinsic return too
     normalize: str = MISSING  # returns | rewards: whose running std the rewards are divided by

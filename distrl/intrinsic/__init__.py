@@ -88,10 +88,11 @@ def needs_value_head(cfg: DictConfig) -> bool:
 
 
 def make_intrinsic(obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_only: bool = False,
-                   discount: float = 0.99, num_envs: int = 1, num_actions: int = 1) -> IntrinsicReward | None:
+                   discount: float = 0.99, num_envs: int = 1, num_actions: int = 1,
+                   model: DictConfig | None = None) -> IntrinsicReward | None:
     """The module ``cfg.name`` names (``none``: None), for batches of ``num_envs`` environments'
     slots (``env_id`` in ``0..num_envs-1``; the learner's actors' envs) in an env of ``num_actions``
-    discrete actions.
+    discrete actions; ``model``, the run's model node, for E3B's ``intrinsic.encoder=model``.
 
     Raises:
         ValueError: an unknown name, or observations no encoder fits.
@@ -103,7 +104,7 @@ def make_intrinsic(obs_shape: tuple[int, ...], cfg: DictConfig, newest_frame_onl
     if cfg.name == "re3":
         return RE3(obs_shape, cfg, newest_frame_only, discount, cfg.episodic, num_envs)
     if cfg.name == "e3b":
-        return E3B(obs_shape, cfg, num_actions, newest_frame_only, discount, cfg.episodic)
+        return E3B(obs_shape, cfg, num_actions, newest_frame_only, discount, cfg.episodic, model)
     raise ValueError(f"intrinsic={cfg.name!r}: use one of {', '.join(NAMES)}")
 
 
@@ -111,4 +112,5 @@ def intrinsic_for_run(cfg: DictConfig, spec, num_envs: int) -> IntrinsicReward |
     """:func:`make_intrinsic` for train config ``cfg`` on env ``spec`` (a :class:`distrl.envs.EnvSpec`)
     with ``num_envs`` envs stepping: Atari's newest frame only, the agent's discount."""
     return make_intrinsic(spec.obs_shape, cfg.intrinsic, newest_frame_only=cfg.env.kind == "atari",
-                          discount=cfg.agent.discount, num_envs=num_envs, num_actions=spec.action_space.head_size)
+                          discount=cfg.agent.discount, num_envs=num_envs, num_actions=spec.action_space.head_size,
+                          model=cfg.model)

@@ -32,7 +32,10 @@ RLeXplore's, RLE-Foundation/rllte, ``rllte/xplore/reward/e3b.py`` and
   bonus to the action from it, ``x_0``'s included (``|phi|^2 / ridge``, an episode's largest).
 - The embedding ends in a ReLU in both (E3B's ``NetHackStateEmbeddingNet``: ``fc2`` Linear + ReLU,
   1,024 features; RLeXplore's image ``ObservationEncoder``: Linear + ReLU, 128), so here too
-  (:func:`embedding_net`, ``intrinsic.embed_dim`` features, 128).
+  (:func:`embedding_net`, ``intrinsic.embed_dim`` features, 128). RLeXplore's MiniGrid runs (its
+  ``reward`` branch) embed with ``MinigridEncoder``, three 2x2 convolutions on the cell indices and
+  a Linear + ReLU of 512: ``intrinsic.encoder=model`` with ``model.encoder=minigrid_cnn`` takes those
+  layers (distrl's has a max-pool after the first convolution).
 - Its training: one Adam step per batch at lr 1e-4 (E3B's; its gradient norm clipped at 40), here
   without the clip; RLeXplore takes one pass over each batch in shuffled minibatches of 256 steps at
   lr 1e-3 (``intrinsic.minibatch_size=256 intrinsic.lr=0.001``). Both train on every step, the one
@@ -54,10 +57,11 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from distrl.intrinsic.base import IntrinsicReward, encoder_inputs, feature_net, orthogonal_init
+from distrl.nn.encoders import make_encoder
 from distrl.rollout import STEPS
 
 
@@ -144,18 +148,34 @@ class E3B(IntrinsicReward):
     Args:
         num_actions: the env's discrete actions (the inverse dynamics' outputs); the others as
             :class:`IntrinsicReward`'s.
+        model: the run's model node: with ``intrinsic.encoder=model``, ``phi`` has ``model.encoder``'s
+            layers (:func:`distrl.nn.encoders.make_encoder`, ``embed_dim`` features, weights of its own)
+            and takes the observations as that encoder does (all of an image's channels, unscaled:
+            the encoder scales them itself).
+
+    Raises:
+        ValueError: ``intrinsic.encoder=model`` without ``model``, or observations its encoder does not take.
 
     Attributes:
-        encoder: ``phi``, observations to ``[N, intrinsic.embed_dim]``, ``>= 0`` (:func:`embedding_net`).
+        encoder: ``phi``, observations to ``[N, intrinsic.embed_dim]``, ``>= 0`` (:func:`embedding_net`;
+            with ``intrinsic.encoder=model``, ending as that encoder does: a ReLU for the image ones).
         inverse_dynamics: ``[N, 2 embed_dim] -> [N, num_actions]`` logits, one hidden layer of 256.
         actor_bonus: the actors' part (:class:`ActorBonus`), with ``phi``'s copy in shared memory on
             the CPU; not in :meth:`state_dict` (it is the learner's ``phi``, published).
     """
 
     def __init__(self, obs_shape: tuple[int, ...], cfg: DictConfig, num_actions: int, newest_frame_only: bool = False,
-                 discount: float = 0.99, episodic: bool = True):
-        super().__init__(obs_shape, cfg, newest_frame_only, discount, episodic)
-        self.encoder = embedding_net(self.input_shape, cfg.embed_dim)
+                 discount: float = 0.99, episodic: bool = True, model: DictConfig | None = None):
+        of_model = cfg.get("encoder", "own") == "model"  # runs from before the key: own
+        super().__init__(obs_shape, cfg, newest_frame_only and not of_model, discount, episodic)
+        if of_model:
+            if model is None:
+                raise ValueError("intrinsic.encoder=model needs the run's model node")
+            layers = OmegaConf.merge(model, {"feature_dim": cfg.embed_dim, "layer_norm": False})
+            self.encoder = make_encoder(tuple(obs_shape), layers)
+            self.is_image = False  # the inputs as they are (encoder_inputs): the model's encoder scales its own
+        else:
+            self.encoder = embedding_net(self.input_shape, cfg.embed_dim)
         self.inverse_dynamics = nn.Sequential(nn.Linear(2 * cfg.embed_dim, 256), nn.ReLU(), nn.Linear(256, num_actions))
         orthogonal_init(self)
         self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr, foreach=True)  # as the learner's
