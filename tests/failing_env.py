@@ -2,7 +2,8 @@
 (a config error before any process starts), one stops answering (a hung emulator), one pays NaN rewards.
 
 Registered as ``FailsAfterSteps-v0``, ``FailsOnCreation-v0``, ``HangsAfterSteps-v0`` and
-``NanRewardsAfterSteps-v0``; use ``env.id=failing_env:<id>`` with ``tests/`` on the path.
+``NanRewardsAfterSteps-v0``, and a slow one, ``SlowSteps-v0``; use ``env.id=failing_env:<id>`` with
+``tests/`` on the path.
 """
 
 import time
@@ -57,7 +58,17 @@ class NanRewardsAfterSteps(FailsAfterSteps):
         return np.zeros(3, np.float32), reward, self.steps % 50 == 0, False, {}
 
 
+class SlowSteps(FailsAfterSteps):
+    """Takes 200 ms a step (a slow simulator), and never fails."""
+
+    def step(self, action):
+        time.sleep(0.2)
+        self.steps += 1
+        return np.zeros(3, np.float32), 1.0, self.steps % 50 == 0, False, {}
+
+
 gym.register("HangsAfterSteps-v0", entry_point=HangsAfterSteps)
+gym.register("SlowSteps-v0", entry_point=SlowSteps)
 gym.register("NanRewardsAfterSteps-v0", entry_point=NanRewardsAfterSteps, kwargs={"fail_at": 1000})
 gym.register("FailsAfterSteps-v0", entry_point=FailsAfterSteps)
 gym.register("FailsOnCreation-v0", entry_point=FailsOnCreation)

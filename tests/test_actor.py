@@ -161,6 +161,25 @@ def test_a_synchronous_actor_acts_each_batch_with_the_weights_of_the_update_befo
     assert [type(e).__name__ for e in errors] == ["Stopped"]
 
 
+def test_a_stopped_actor_ends_within_a_step_not_at_its_slots_end():
+    """Stopped in the middle of its slots (a slow env, 200 ms a step; 3 slots of T = 12 rows free for
+    each of its 4 envs: 7 s of stepping or more), the actor ends after the step it is in."""
+    _, pool, channels, actor_ctx = one_actor(["experiment=cartpole", "env.id=failing_env:SlowSteps-v0"], 3 * N_ENVS)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _act_catching(actor_ctx, errors), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not channels.reports.heartbeat[0] and time.monotonic() < deadline:  # its first step is under way
+        time.sleep(0.01)
+    time.sleep(0.5)
+    stopped_at = time.monotonic()
+    channels.stop_event.set()
+    thread.join(timeout=30)
+    assert time.monotonic() - stopped_at < 2.0
+    assert [type(e).__name__ for e in errors] == ["Stopped"]
+    assert pool.full_queue.qsize() == 0  # no slot was finished: each env was a few rows into its first
+
+
 def _act_catching(actor_ctx, errors: list) -> None:
     try:
         act(0, actor_ctx, [])
