@@ -343,26 +343,3 @@ def test_a_checkpoint_of_the_main_before_the_move_resumes_and_trains_on(name, tm
     assert trainer.optimizer.state_dict()["state"].keys() == state["optimizer"]["state"].keys()
     counters = trainer.train()
     assert counters["agent_steps"] >= 2 * saved and counters["updates"] > 10
-
-
-def test_a_resumed_optimizer_keeps_its_multi_tensor_step_whatever_the_checkpoint_saved():
-    """The learner's optimizer steps all tensors at once (foreach: the same arithmetic as PyTorch's CPU
-    loop, faster); a checkpoint written before that choice saved foreach=None, which loading must
-    not bring back. The saved moments do come back."""
-    from distrl.learning.learner import make_optimizer
-    from distrl.nn.actor_learner import ActorLearner
-    from distrl.utils.optim import load_optimizer_state
-
-    for agent in ("appo", "impala"):
-        cfg = compose_train(["experiment=cartpole", f"agent={agent}"])
-        networks = ActorLearner((4,), 2, cfg.model)
-        old = type(make_optimizer(networks, cfg.agent))(networks.learner.parameters(), lr=1e-3)  # the CPU loop
-        for p in networks.learner.parameters():
-            p.grad = torch.ones_like(p)
-        old.step()
-        optimizer = make_optimizer(networks, cfg.agent)
-        assert optimizer.param_groups[0]["foreach"] is True, agent
-        load_optimizer_state(optimizer, old.state_dict())
-        assert optimizer.param_groups[0]["foreach"] is True and optimizer.param_groups[0]["lr"] == 1e-3, agent
-        first = next(networks.learner.parameters())
-        assert torch.equal(optimizer.state[first]["step"], old.state[first]["step"]), agent

@@ -93,9 +93,7 @@ class AgentConfig:
     max_grad_norm: float = MISSING
     num_epochs: int = MISSING  # passes over each batch
     num_minibatches: int = MISSING  # minibatches each pass splits the batch into
-    # unrolls: whole unrolls, the targets recomputed on each; steps: single steps drawn at random,
-    # on targets computed once per batch (distrl/learning/losses/base.py)
-    minibatch: str = MISSING
+    minibatch: str = MISSING  # unrolls (targets on each) | steps (random steps, targets once a batch): losses/base.py
     # true: each epoch a new random order; false: the same contiguous slices every epoch, steps taken
     # unroll by unroll (Sample Factory's shuffle_minibatches=False; distrl/learning/plan.py)
     shuffle_minibatches: bool = MISSING

@@ -14,7 +14,6 @@ from torch import nn
 from distrl.nn.normalization import RunningMeanStd
 from distrl.rollout import STEPS
 from distrl.utils.discounted import reverse_discounted_sum
-from distrl.utils.optim import load_optimizer_state
 
 NORMALIZATIONS = ("returns", "rewards")  # intrinsic.normalize: whose running std the rewards are divided by
 
@@ -155,4 +154,4 @@ class IntrinsicReward(nn.Module):
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         self.load_state_dict(state["module"])
         if self.optimizer is not None and state.get("optimizer") is not None:
-            load_optimizer_state(self.optimizer, state["optimizer"])
+            self.optimizer.load_state_dict(state["optimizer"])

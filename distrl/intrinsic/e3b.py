@@ -178,7 +178,7 @@ class E3B(IntrinsicReward):
             self.encoder = embedding_net(self.input_shape, cfg.embed_dim)
         self.inverse_dynamics = nn.Sequential(nn.Linear(2 * cfg.embed_dim, 256), nn.ReLU(), nn.Linear(256, num_actions))
         orthogonal_init(self)
-        self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr, foreach=True)  # as the learner's
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=cfg.lr)
         actor_encoder = copy.deepcopy(self.encoder).requires_grad_(False).eval().share_memory()
         # not a Module: nn.Module does not register it, so it stays on the CPU and out of the state_dict
         self.actor_bonus = ActorBonus(actor_encoder, cfg.embed_dim, cfg.ridge, self.is_image, self.newest_frame_only,

@@ -31,7 +31,7 @@ class RND(IntrinsicReward):
                                        nn.Linear(cfg.embed_dim, cfg.embed_dim))
         orthogonal_init(self)
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=cfg.lr, foreach=True)  # as the learner's
+        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=cfg.lr)
 
     def _raw(self, next_obs: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         steps, envs = next_obs.shape[:2]

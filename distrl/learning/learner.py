@@ -37,21 +37,14 @@ def make_optimizer(networks: ActorLearner, agent: DictConfig) -> torch.optim.Opt
     """The optimizer over the learner copy: ``agent.optimizer`` is ``rmsprop`` (IMPALA's; decay
     ``alpha``, ``eps``, ``momentum``) or ``adam`` (betas 0.9, 0.999 and ``eps``), at ``agent.lr``.
 
-    Each step updates all tensors at once (``foreach``, PyTorch's multi-tensor kernels), where its
-    default on the CPU is a loop over the tensors: the same arithmetic bit for bit, in 2.9 ms a step
-    instead of 7.0 for Adam on the Atari network's 1.7M parameters (2-core EPYC, beside another run;
-    docs/lab/benchmarks.md). Adam's fused kernel (1.1 ms) rounds differently (3e-8 after 50 steps)
-    and is not used before a learning check.
-
     Raises:
         ValueError: another optimizer name (validation refuses it first).
     """
     params = networks.learner.parameters()
     if agent.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum,
-                                   foreach=True)
+        return torch.optim.RMSprop(params, lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum)
     if agent.optimizer == "adam":
-        return torch.optim.Adam(params, lr=agent.lr, eps=agent.eps, foreach=True)
+        return torch.optim.Adam(params, lr=agent.lr, eps=agent.eps)
     raise ValueError(f"agent.optimizer={agent.optimizer!r}: use rmsprop or adam")
 
 

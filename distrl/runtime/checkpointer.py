@@ -27,7 +27,6 @@ from distrl.learning.schedule import Every
 from distrl.nn.actor_learner import ActorLearner
 from distrl.utils import checkpoint
 from distrl.utils.checkpoint import RunState
-from distrl.utils.optim import load_optimizer_state
 from distrl.version import __version__
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ class Checkpointer:
             raise checkpoint.CheckpointError(f"cannot resume from {path}: {mismatch}")
         self.networks.learner.load_state_dict(saved["model"])
         self.networks.publish()
-        load_optimizer_state(self.optimizer, saved["optimizer"])
+        self.optimizer.load_state_dict(saved["optimizer"])
         if self.intrinsic is not None:
             self.intrinsic.load_checkpoint_state(saved["intrinsic"])
         self.learner.resume_at(updates_at(saved["agent_steps"]))
