@@ -300,19 +300,26 @@ def test_intrinsic_rewards_are_divided_by_the_running_std_chosen_then_clipped(no
     torch.testing.assert_close(normalised, expected, rtol=1e-4, atol=1e-6)
 
 
+def train_on_action_world(module, updates: int, ended_at: tuple[int, int] | None = None) -> list[float]:
+    """``updates`` of ``module`` on batches of a world where the action sets the next observation
+    (``[40]`` vectors, one-hot cell ``a + 10``; row 0 cell 0): the inverse dynamics' losses."""
+    losses = []
+    for _ in range(updates):
+        action = torch.randint(0, A, (T + 1, B))
+        obs = torch.zeros(T + 1, B, 40)
+        obs[1:] = torch.eye(40)[action[:-1] + 10]
+        obs[0] = torch.eye(40)[0]
+        losses.append(module.update(batch_of(obs, ended_at=ended_at, action=action)))
+    return losses
+
+
 def test_e3b_trains_its_embedding_by_inverse_dynamics_and_publishes_it_to_the_actors():
     """A world where the action sets the next observation (one-hot cell ``a``): the inverse dynamics'
     loss falls, the learner's rewards are the stored bonuses of rows 1..T (0 where an episode ends),
     and after each update the actors' copy of the embedding is the learner's."""
     torch.manual_seed(0)
     module = make_intrinsic((40,), intrinsic_cfg("e3b", lr=1e-3), num_envs=B, num_actions=A)
-    losses = []
-    for _ in range(100):
-        action = torch.randint(0, A, (T + 1, B))
-        obs = torch.zeros(T + 1, B, 40)
-        obs[1:] = torch.eye(40)[action[:-1] + 10]
-        obs[0] = torch.eye(40)[0]
-        losses.append(module.update(batch_of(obs, action=action)))
+    losses = train_on_action_world(module, updates=100)
     assert losses[-1] < 0.2 * losses[0]
     for actor_p, learner_p in zip(module.actor_bonus.encoder.parameters(), module.encoder.parameters(), strict=True):
         assert torch.equal(actor_p, learner_p) and actor_p.is_shared()
@@ -329,13 +336,7 @@ def test_e3b_with_a_minibatch_size_takes_one_pass_of_steps_over_each_batch():
     that did not end an episode, in a random order, and the embedding learns as with one step a batch."""
     torch.manual_seed(0)
     module = make_intrinsic((40,), intrinsic_cfg("e3b", lr=1e-3, minibatch_size=8), num_envs=B, num_actions=A)
-    losses = []
-    for _ in range(25):
-        action = torch.randint(0, A, (T + 1, B))
-        obs = torch.zeros(T + 1, B, 40)
-        obs[1:] = torch.eye(40)[action[:-1] + 10]
-        obs[0] = torch.eye(40)[0]
-        losses.append(module.update(batch_of(obs, ended_at=(2, 1), action=action)))
+    losses = train_on_action_world(module, updates=25, ended_at=(2, 1))
     steps = {int(state["step"]) for state in module.optimizer.state.values()}
     assert steps == {25 * 4}  # 31 steps of T x B = 32 did not end an episode: 4 minibatches of up to 8
     assert losses[-1] < 0.2 * losses[0]

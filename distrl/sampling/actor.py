@@ -126,7 +126,7 @@ def act(actor_id: int, ctx: ActorContext, held: list[int]) -> None:
     try:
         ids, obs = env.reset(ctx.envs.seed)
         while True:
-            if ctx.channels.stop_event.is_set():  # at once, not at the slots' end (a slow env's rollout)
+            if _should_stop(ctx):  # at once, not at the slots' end (a slow env's rollout)
                 raise Stopped
             ctx.channels.reports.heartbeat[actor_id] = time.time()
             ids_t, obs_t = torch.from_numpy(ids), torch.from_numpy(np.asarray(obs))
