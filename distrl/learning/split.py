@@ -88,7 +88,10 @@ class SplitStep:
             shares = [g[i] for g in grads if g[i] is not None]
             for share in shares[1:]:  # in place into the first part's fresh gradient, in the parts' order
                 shares[0].add_(share)
-            parameter.grad = shares[0] if shares else None
+            grad = shares[0] if shares else None
+            if grad is not None and grad.stride() != parameter.stride():  # backward's layout, the parameter's:
+                grad = torch.empty_like(parameter).copy_(grad)  # the fused Adam pairs elements by memory order
+            parameter.grad = grad
         return terms
 
 
