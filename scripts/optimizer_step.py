@@ -1,6 +1,6 @@
 """Time one optimizer step of the learner's network with each of PyTorch's kernels: the loop over the
-tensors (its CPU default), the multi-tensor one (``foreach``, what :func:`distrl.learning.learner.make_optimizer`
-uses) and, for Adam, the fused one; then whether each gives the loop's parameters bit for bit.
+tensors (its CPU default; RMSprop's in :func:`distrl.learning.learner.make_optimizer`), the multi-tensor one
+(``foreach``) and, for Adam, the fused one (make_optimizer's Adam); then how far each is from the loop's parameters.
 
     python scripts/optimizer_step.py                  # the default (Atari) network, Adam
     python scripts/optimizer_step.py experiment=cartpole agent=impala
