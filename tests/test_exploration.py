@@ -181,3 +181,35 @@ def test_the_learning_curve_draws_success_rates_where_the_env_defines_success(tm
     refused = subprocess.run([*script, "--success", cue, "--out", str(tmp_path / "cue.png")],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and f"{cue}: the run's env has no env.success_above" in refused.stderr
+
+
+def test_an_rllte_log_becomes_a_record_as_distrl_writes_them(tmp_path):
+    """scripts/rllte_record.py on a CSV as rllte's Logger writes it (its keys sorted, a row per logged
+    update): the return over the x100 of its env, the env's id and success threshold, the provenance."""
+    import csv
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    from distrl import runs
+
+    log = tmp_path / "run" / "logs" / "PPO_MiniGrid-DoorKey-16x16-v0_e3b_s1" / "2026-12-08-01-00-00" / "train.log"
+    log.parent.mkdir(parents=True)
+    rows = [{"step": 8192 * update, "episode": 256 * update, "episode_length": length, "episode_reward": reward,
+             "intrinsic_episode_reward": 0.01, "fps": 1300.0, "total_time": 6.3 * update}
+            for update, length, reward in ((80, 640.0, 0.0), (81, 612.5, 45.5))]
+    with log.open("w") as f:
+        writer = csv.DictWriter(f, fieldnames=sorted(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    dest = tmp_path / "e3b-rllte-s1.csv.gz"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "rllte_record.py"), str(tmp_path / "run"), "--dest",
+                    str(dest), "--machine", "a machine", "--command", "scripts/rllte_reference.sh run e3b 663552 1"],
+                   check=True, capture_output=True)
+    got = runs.metrics(dest)
+    assert [r["agent_steps"] for r in got] == [655_360, 663_552]
+    assert [r["charts/episodic_return"] for r in got] == pytest.approx([0.0, 0.455])
+    assert [r["charts/episodic_length"] for r in got] == [640.0, 612.5] and got[1]["time"] == pytest.approx(510.3)
+    assert runs.env_id(dest) == "MiniGrid-DoorKey-16x16-v0" and runs.config(dest)["env"]["success_above"] == 0.0
+    assert runs.provenance(dest)["command"] == "scripts/rllte_reference.sh run e3b 663552 1"
