@@ -25,12 +25,12 @@ interleaved in every round (``--repeats``), and the ratios follow; ``--variant '
 'A=2 B=3'`` does the same for any sets of overrides.
 
 Limit model (docs/lab/benchmarks.md, "The limit model"): each part's core-seconds per agent step as
-it spent them when measured, n/figure for a figure measured on n cores (E and I on the actors' cores,
-min(num_actors, cores); L on the learner's threads, min(learner_threads, cores)). An agent step costs
-c = n_A/E + n_A/I + n_L/L core-seconds, and a run of C cores (its processes' threads, at most the
-cores the command may use) does at most C / c agent steps/s; no faster than its actors sample,
-P_S = 1 / (1/E + 1/I), nor than its learner learns, L. The limit is the least of the three, and
-S/P_S and T/limit say how close distrl runs to what its parts allow.
+it spent them when measured: the CPU time of its processes (every thread) over the measured window,
+over the agent steps it did (a learner on two threads that keeps them busy 70 % of the time is
+charged 1.4 cores, not 2). An agent step costs c = c_E + c_I + c_L core-seconds, and a run of C cores
+(its processes' threads, at most the cores the command may use) does at most C / c agent steps/s; no
+faster than its actors sample, P_S = 1 / (1/E + 1/I), nor than its learner learns, L. The limit is
+the least of the three, and S/P_S and T/limit say how close distrl runs to what its parts allow.
 """
 
 from __future__ import annotations
@@ -60,16 +60,16 @@ from distrl.runtime.preflight import compose_config
 
 
 # ---------------------------------------------------------------- E and I workers (spawned)
-def _rate(step, warmup: float, seconds: float) -> float:
-    """Call ``step()`` (it returns the agent steps it did) for ``warmup`` + ``seconds``;
-    the agent steps per second of the measured part."""
+def _rate(step, warmup: float, seconds: float) -> tuple[float, float, float]:
+    """Call ``step()`` (it returns the agent steps it did) for ``warmup`` + ``seconds``; of the
+    measured part: the agent steps, its wall seconds and the process's CPU seconds (all its threads)."""
     start = time.perf_counter()
     while time.perf_counter() - start < warmup:
         step()
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         steps += step()
-    return steps / (time.perf_counter() - start)
+    return steps, time.perf_counter() - start, time.process_time() - cpu
 
 
 def _env_worker(env_cfg: dict, num_envs: int, seed: int, cores, warmup: float, seconds: float, out) -> None:
@@ -119,26 +119,28 @@ def _inference_worker(obs_shape, obs_dtype: str, action_space, model_cfg: dict, 
     out.put(_rate(step, warmup, seconds))
 
 
-def _run_workers(target, argsets, timeout: float) -> float:
+def _run_workers(target, argsets, timeout: float) -> tuple[float, float]:
+    """The workers' agent steps/s together, and the core-seconds they spent per agent step."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=target, args=(*args, out), daemon=True) for args in argsets]
     for p in procs:
         p.start()
-    rates = [out.get(timeout=timeout) for _ in procs]
+    measured = [out.get(timeout=timeout) for _ in procs]  # (steps, wall seconds, CPU seconds) each
     for p in procs:
         p.join()
-    return float(sum(rates))
+    return (float(sum(steps / wall for steps, wall, _ in measured)),
+            sum(cpu for _, _, cpu in measured) / sum(steps for steps, _, _ in measured))
 
 
-def bench_env(cfg, spec, args) -> float:
+def bench_env(cfg, spec, args) -> tuple[float, float]:
     env_cfg = OmegaConf.to_container(cfg.env, resolve=True)
     cores = plan(cfg).actors.cores
     return _run_workers(_env_worker, [(env_cfg, cfg.envs_per_actor, 1000 * i, cores[i], args.warmup, args.seconds)
                                       for i in range(len(cores))], args.warmup + args.seconds + 120)
 
 
-def bench_inference(cfg, spec, args) -> float:
+def bench_inference(cfg, spec, args) -> tuple[float, float]:
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     placement = plan(cfg)
     dtype = "uint8" if spec.obs_dtype == np.uint8 else "float32"
@@ -203,7 +205,7 @@ def bench_sampling(cfg, spec, args) -> float:
 
 
 # ---------------------------------------------------------------- L: learner only
-def bench_learner(cfg, spec, args, compile_model: bool = False) -> float:
+def bench_learner(cfg, spec, args, compile_model: bool = False) -> tuple[float, float]:
     """In a process of its own, like the other figures; with ``--profile`` (not for the compiled
     figure) ``torch.profiler``'s table of the updates after the measured ones is written there."""
     compile_model = compile_model or bool(cfg.train.th_compile)  # --compile, or train.th_compile=true given
@@ -280,14 +282,14 @@ def _learner_worker(cfg_dict: dict, spec, compile_model: bool, warmup: float, se
         learner.update(batch)  # .item() of the losses synchronises CUDA
         return steps_per_update
 
-    rate = _rate(step, warmup + (30 if compile_model else 0), seconds)
+    measured = _rate(step, warmup + (30 if compile_model else 0), seconds)
     if profile:
         write_profile(step, profile_updates, device, Path(profile))
     stop.set()
     if prefetch:
         source.close()
     slots.close()
-    out.put(rate)
+    out.put(measured)
 
 
 def write_profile(step, updates: int, device: torch.device, path: Path) -> None:
@@ -444,6 +446,7 @@ def _measure(args, overrides_by_precision: dict[str, list[str]], spec) -> list[t
                                         "why": placement.precision_reason, "actors": placement.actors.precision}}),
               flush=True)
     rounds: dict[str, dict[str, list[float]]] = {precision: {} for precision in setups}
+    costs: dict[str, dict[str, list[float]]] = {precision: {} for precision in setups}  # core-s per agent step
     extras: dict[str, dict[str, list[dict]]] = {precision: {} for precision in setups}
     for repeat in range(args.repeats):
         for precision, (cfg, _, overrides) in setups.items():
@@ -454,18 +457,22 @@ def _measure(args, overrides_by_precision: dict[str, list[str]], spec) -> list[t
                 if isinstance(value, dict):  # T: agent steps/s with its frames/s, memory and lag
                     extras[precision].setdefault(name, []).append(value)
                     value = value["T"]
+                elif isinstance(value, tuple):  # E, I, L: agent steps/s and the core-seconds per agent step
+                    value, cost = value
+                    costs[precision].setdefault(name, []).append(cost)
                 rounds[precision].setdefault(name, []).append(value)
                 print(json.dumps({"round": repeat + 1, "precision": precision, "figure": name,
                                   "agent_steps_per_s": round(value, 1)}), flush=True)
     if "L" in args.only and args.compile:
         for precision, (cfg, _, _) in setups.items():
-            rounds[precision]["L_compiled"] = [bench_learner(cfg, spec, args, compile_model=True)]
-    return [(precision, _summary(args, rounds[precision], extras[precision], setups[precision][1], precision))
-            for precision in setups]
+            rounds[precision]["L_compiled"] = [bench_learner(cfg, spec, args, compile_model=True)[0]]
+    return [(precision, _summary(args, rounds[precision], extras[precision], costs[precision], setups[precision][1],
+                                 precision)) for precision in setups]
 
 
 def _parts(cfg, overrides: list[str], spec, args) -> list[tuple[str, object]]:
-    """The figures of one setup as ``(name, measure)``; ``measure()`` gives agent steps/s (T: a dict)."""
+    """The figures of one setup as ``(name, measure)``; ``measure()`` gives agent steps/s (E, I, L: with
+    the core-seconds per agent step; T: a dict)."""
     parts = [("E", lambda: bench_env(cfg, spec, args)), ("I", lambda: bench_inference(cfg, spec, args)),
              ("S", lambda: bench_sampling(cfg, spec, args)), ("L", lambda: bench_learner(cfg, spec, args))]
     if "T" in args.only:
@@ -475,8 +482,10 @@ def _parts(cfg, overrides: list[str], spec, args) -> list[tuple[str, object]]:
     return parts
 
 
-def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]], placement, precision: str):
-    """Print one precision's figures (medians of the rounds) as JSON lines; its summary rows."""
+def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]], costs: dict[str, list[float]],
+             placement, precision: str):
+    """Print one precision's figures (medians of the rounds; E, I and L with their core-seconds per agent
+    step) as JSON lines; its summary rows."""
     figures = {name: float(np.median(values)) for name, values in rounds.items()}
     for name, value in figures.items():
         extra = {}
@@ -485,6 +494,8 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
             extra = {"frames_per_s": round(value * end["T_frames"] / end["T"], 1),
                      "peak_pss_gib": round(end["peak_pss_gib"], 2), "policy_lag": round(end["policy_lag"], 2),
                      **{k: round(end[k], 2) for k in ("trainer_cores", "actor_cores") if k in end}}
+        if name in costs:
+            extra = {"core_ms_per_agent_step": round(float(np.median(costs[name])) * 1e3, 4)}
         print(json.dumps({"figure": name, "agent_steps_per_s": round(value, 1), "precision": precision,
                           "rounds": [round(v, 1) for v in rounds[name]], **extra}), flush=True)
     rows = [(k, f"{v:,.0f}") for k, v in figures.items()]
@@ -500,7 +511,9 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
                 ratios = [s * (1 / e + 1 / i) for e, i, s in zip(rounds["E"], rounds["I"], rounds["S"], strict=True)]
                 rows.append(("S/P_S rounds", " ".join(f"{r:.2f}" for r in ratios)))
         if "L" in figures:
-            model = limit_model(figures["E"], figures["I"], figures["L"], placement, len(os.sched_getaffinity(0)))
+            parts = tuple(float(np.median(costs[k])) for k in "EIL")
+            model = limit_model(figures["E"], figures["I"], figures["L"], parts, placement,
+                                len(os.sched_getaffinity(0)))
             rows.append(("core-s per agent step (E, I, L)", " + ".join(f"{c * 1e3:.3f}" for c in model["parts"])
                          + f" = {model['cost'] * 1e3:.3f} ms"))
             rows.append((f"limit (least of {model['cores']} cores / cost, P_S, L)",
@@ -515,16 +528,15 @@ def _summary(args, rounds: dict[str, list[float]], extras: dict[str, list[dict]]
     return rows
 
 
-def limit_model(e: float, i: float, learn: float, placement, allowed: int) -> dict:
+def limit_model(e: float, i: float, learn: float, parts: tuple[float, float, float], placement,
+                allowed: int) -> dict:
     """The limit of a run from its parts' figures (agent steps/s): ``e`` (E) and ``i`` (I) measured in
-    the actors' processes, ``learn`` (L) on the learner's threads; ``allowed``: the cores the command
-    may use. Returns ``parts`` (each part's core-seconds per agent step: n/figure, n the cores it ran
-    on), their sum ``cost``, the run's ``cores`` (its actors and learner threads, at most
-    ``allowed``), the ``limit`` (agent steps/s: the least of cores / cost, sampling's 1 / (1/E + 1/I)
-    and L) and which of the three it is (``bound``)."""
-    actor_cores = min(placement.actors.count, allowed)
-    learner_cores = min(placement.learner_threads, allowed)
-    parts = (actor_cores / e, actor_cores / i, learner_cores / learn)
+    the actors' processes, ``learn`` (L) on the learner's threads, and ``parts``, the core-seconds
+    each spent per agent step (its processes' CPU time over its measured window, over its agent
+    steps); ``allowed``: the cores the command may use. Returns ``parts``, their sum ``cost``, the
+    run's ``cores`` (its actors and learner threads, at most ``allowed``), the ``limit`` (agent
+    steps/s: the least of cores / cost, sampling's 1 / (1/E + 1/I) and L) and which of the three it
+    is (``bound``)."""
     cores = min(placement.actors.count + placement.learner_threads, allowed)
     bounds = {"cores": cores / sum(parts), "sampling": 1 / (1 / e + 1 / i), "learner": learn}
     bound = min(bounds, key=bounds.get)
