@@ -60,7 +60,7 @@ from distrl.runtime.preflight import compose_config
 
 
 # ---------------------------------------------------------------- E and I workers (spawned)
-def _rate(step, warmup: float, seconds: float) -> tuple[float, float, float]:
+def _rate(step, warmup: float, seconds: float) -> tuple[int, float, float]:
     """Call ``step()`` (it returns the agent steps it did) for ``warmup`` + ``seconds``; of the
     measured part: the agent steps, its wall seconds and the process's CPU seconds (all its threads)."""
     start = time.perf_counter()

@@ -89,8 +89,8 @@ class SplitStep:
             for share in shares[1:]:  # in place into the first part's fresh gradient, in the parts' order
                 shares[0].add_(share)
             grad = shares[0] if shares else None
-            if grad is not None and grad.stride() != parameter.stride():  # backward's layout, the parameter's:
-                grad = torch.empty_like(parameter).copy_(grad)  # the fused Adam pairs elements by memory order
+            if grad is not None and grad.stride() != parameter.stride():  # as backward's AccumulateGrad leaves it,
+                grad = torch.empty_like(parameter).copy_(grad)  # in the parameter's layout (the fused Adam's need)
             parameter.grad = grad
         return terms
 
